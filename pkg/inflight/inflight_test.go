@@ -1,0 +1,50 @@
+package inflight
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestAddRemove(t *testing.T) {
+	tests := []struct {
+		name       string
+		finalizers []string
+		add        bool
+		wantChange bool
+		want       []string
+	}{
+		{name: "add to none", add: true, wantChange: true, want: []string{Finalizer}},
+		{name: "add keeps others", finalizers: []string{"kubernetes.io/pvc-protection"}, add: true, wantChange: true, want: []string{"kubernetes.io/pvc-protection", Finalizer}},
+		{name: "add twice is no change", finalizers: []string{Finalizer}, add: true, want: []string{Finalizer}},
+		{name: "remove last gives nil", finalizers: []string{Finalizer}, wantChange: true},
+		{name: "remove keeps others", finalizers: []string{"a", Finalizer, "b"}, wantChange: true, want: []string{"a", "b"}},
+		{name: "remove absent is no change", finalizers: []string{"a"}, want: []string{"a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			orig := slices.Clone(tt.finalizers)
+			claim := &corev1.PersistentVolumeClaim{}
+			claim.Finalizers = tt.finalizers
+			var changed bool
+			if tt.add {
+				changed = Add(claim)
+			} else {
+				changed = Remove(claim)
+			}
+			if changed != tt.wantChange {
+				t.Errorf("changed = %v, want %v", changed, tt.wantChange)
+			}
+			if !slices.Equal(claim.Finalizers, tt.want) {
+				t.Errorf("finalizers = %v, want %v", claim.Finalizers, tt.want)
+			}
+			if !tt.add && !slices.Equal(tt.finalizers, orig) {
+				t.Errorf("Remove modified the caller's slice: %v", tt.finalizers)
+			}
+			if Has(claim) != slices.Contains(tt.want, Finalizer) {
+				t.Errorf("Has = %v after the change", Has(claim))
+			}
+		})
+	}
+}
