@@ -67,7 +67,7 @@ func findBinaries() (Binaries, error) {
 	for _, c := range checks {
 		out, err := exec.Command(c.path, "--version").CombinedOutput()
 		if err != nil {
-			return Binaries{}, fmt.Errorf("%w: %s: %v", ErrBinariesMissing, c.path, err)
+			return Binaries{}, fmt.Errorf("%w: %s: %w", ErrBinariesMissing, c.path, err)
 		}
 		if !strings.Contains(string(out), c.want) {
 			return Binaries{}, fmt.Errorf("%w: %s reports %q, want %q", ErrBinariesMissing, c.path, strings.TrimSpace(firstLine(out)), c.want)

@@ -180,6 +180,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 	cp.apiArgs = append(cp.apiArgs,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The kubernetes Service endpoint cannot be a loopback address; nothing
+		// here needs it.
+		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+cp.pki.ServingCert,
 		"--tls-private-key-file="+cp.pki.ServingKey,
@@ -278,7 +281,7 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	// kube-controller-manager serves nothing here; a quick exit means a bad flag.
 	select {
 	case <-p.Exited():
-		return fmt.Errorf("kube-controller-manager exited at start: %v; see %s", p.ExitErr(), p.LogPath)
+		return fmt.Errorf("kube-controller-manager exited at start: %w; see %s", p.ExitErr(), p.LogPath)
 	case <-time.After(300 * time.Millisecond):
 	}
 	return nil
@@ -356,7 +359,7 @@ func waitFor(ctx context.Context, p *Process, timeout time.Duration, ready func(
 		}
 		select {
 		case <-p.Exited():
-			return fmt.Errorf("%s exited before it was ready: %v; last lines of %s:\n%s", p.Name, p.ExitErr(), p.LogPath, TailFile(p.LogPath, 20))
+			return fmt.Errorf("%s exited before it was ready: %w; last lines of %s:\n%s", p.Name, p.ExitErr(), p.LogPath, TailFile(p.LogPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready after %s: %w; last lines of %s:\n%s", p.Name, timeout, ctx.Err(), p.LogPath, TailFile(p.LogPath, 20))
 		case <-tick.C:

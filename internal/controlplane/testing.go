@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// RequireEnv, when set to a non-empty value, turns a missing control plane
+// RequireEnv names an environment variable that, when non-empty, turns a missing control plane
 // binary into a test failure instead of a skip. `make test` sets it, so the
 // integration tests can never be skipped there.
 const RequireEnv = "CSI_PROVISIONER_REQUIRE_CONTROLPLANE"

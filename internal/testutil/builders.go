@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -327,4 +329,22 @@ func NewPod(namespace, name, nodeName string, claims ...string) *corev1.Pod {
 		})
 	}
 	return p
+}
+
+// Created sets metadata.creationTimestamp.
+func (b *PVCBuilder) Created(t time.Time) *PVCBuilder {
+	b.c.CreationTimestamp = metav1.NewTime(t)
+	return b
+}
+
+// VolumeAttributesClass sets spec.volumeAttributesClassName.
+func (b *PVCBuilder) VolumeAttributesClass(name string) *PVCBuilder {
+	b.c.Spec.VolumeAttributesClassName = &name
+	return b
+}
+
+// VolumeAttributesClass sets spec.volumeAttributesClassName.
+func (b *PVBuilder) VolumeAttributesClass(name string) *PVBuilder {
+	b.v.Spec.VolumeAttributesClassName = &name
+	return b
 }

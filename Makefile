@@ -1,0 +1,94 @@
+# csi-provisioner: a CSI provisioner sidecar with its own PV/PVC binder.
+# `make help` lists the targets. Every tool is pinned in hack/tools/versions.env
+# and built from the Go module proxy into ${XDG_CACHE_HOME:-$HOME/.cache}/csi-provisioner.
+
+include hack/tools/versions.env
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+BIN := bin
+TOOLS := hack/tools/build.sh
+HELM = $(shell $(TOOLS) path helm)/helm
+GOLANGCI_LINT = $(shell $(TOOLS) path golangci-lint)/golangci-lint
+# Packages that need the local control plane (or build binaries and run them).
+INTEGRATION_PKGS := ./test/... ./internal/controlplane/...
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/ -e /internal/controlplane)
+TEST_TIMEOUT ?= 25m
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the sidecar and the example driver into bin/.
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/csi-provisioner ./cmd/csi-provisioner
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/hostpath-driver ./examples/hostpath-driver
+
+.PHONY: tools
+tools: ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, helm and golangci-lint.
+	$(TOOLS) etcd kubernetes helm golangci-lint
+
+.PHONY: tools-test
+tools-test: ## Build (or reuse) only what `make test` needs.
+	$(TOOLS) etcd kubernetes helm
+
+.PHONY: test
+test: tools-test ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
+	hack/no-leftovers.sh snapshot
+	CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 HELM=$(HELM) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	hack/no-leftovers.sh check
+
+.PHONY: test-unit
+test-unit: ## Run the unit tests (no control plane needed).
+	$(GO) test -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
+
+.PHONY: test-integration
+test-integration: tools-test ## Run the tests against the local control plane.
+	hack/no-leftovers.sh snapshot
+	CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 HELM=$(HELM) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
+	hack/no-leftovers.sh check
+
+.PHONY: sanity
+sanity: ## Run csi-test's sanity suite against the example driver's backends.
+	$(GO) test -count=1 -v -run Sanity ./examples/hostpath-driver/... 2>&1 | tee /dev/stderr | grep -E '^(Ran [0-9]+ of|SUCCESS!|FAIL!|--- (PASS|FAIL|SKIP))' || true
+
+.PHONY: demo
+demo: tools-test build ## Run the sidecar on a local control plane: provision, bind, delete (KEEP=1 leaves it running).
+	$(GO) run ./cmd/demo --bin-dir $(BIN) $(if $(KEEP),--keep)
+
+.PHONY: bench
+bench: tools-test build ## Measure throughput, latency, API cost and memory (ARGS="-n 1000").
+	$(GO) run ./test/bench --bin-dir $(BIN) $(ARGS)
+
+.PHONY: chaos
+chaos: tools-test build ## Long chaos run with invariant checks (ARGS="-n 1000").
+	CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 CHAOS_LONG=1 $(GO) test -count=1 -timeout 120m -v -run TestChaos ./test/chaos/ $(ARGS)
+
+.PHONY: chart
+chart: ## Lint and render the Helm chart with default and all-options values.
+	$(TOOLS) helm
+	$(HELM) lint --strict deploy/sidecar/chart
+	$(HELM) lint --strict deploy/sidecar/chart -f deploy/sidecar/chart/ci/all-options-values.yaml
+	$(HELM) template csi deploy/sidecar/chart >/dev/null
+	$(HELM) template csi deploy/sidecar/chart -f deploy/sidecar/chart/ci/all-options-values.yaml >/dev/null
+
+.PHONY: image
+image: ## Build the container images (needs a Docker engine).
+	docker build --build-arg VERSION=$(VERSION) -t csi-provisioner:$(VERSION) -f Dockerfile .
+	docker build --build-arg VERSION=$(VERSION) -t hostpath-driver:$(VERSION) -f examples/hostpath-driver/Dockerfile .
+
+.PHONY: lint
+lint: ## Run golangci-lint.
+	$(TOOLS) golangci-lint
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: verify
+verify: lint ## gofmt, go vet, go mod tidy and lint must be clean.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+	hack/verify-tidy.sh

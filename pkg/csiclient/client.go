@@ -1,0 +1,277 @@
+package csiclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+)
+
+// Defaults of the options; one place.
+const (
+	DefaultCallTimeout    = 10 * time.Second
+	DefaultConnectTimeout = 30 * time.Second
+	DefaultProbeTimeout   = 5 * time.Minute
+)
+
+// ErrNotUnixSocket is returned by [Connect] for an address that is not a unix
+// domain socket. The CSI spec allows only unix sockets as endpoints; the
+// sidecar sends secrets over this connection without TLS, so a TCP endpoint
+// would expose them to the network.
+var ErrNotUnixSocket = errors.New("the CSI endpoint must be a unix domain socket (a path or unix:// URL)")
+
+// Option configures [Connect].
+type Option func(*options)
+
+type options struct {
+	callTimeout    time.Duration
+	connectTimeout time.Duration
+	probeTimeout   time.Duration
+	metrics        metrics.CSIMetricsManager
+	onLoss         func(context.Context) bool
+}
+
+// WithCallTimeout bounds every CSI call (the --timeout flag). Default 10s.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithConnectTimeout bounds the initial connection to the socket. Default 30s,
+// as upstream.
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
+
+// WithProbeTimeout bounds the wait for the driver's Probe to report ready.
+// Default 5m.
+func WithProbeTimeout(d time.Duration) Option { return func(o *options) { o.probeTimeout = d } }
+
+// WithMetrics records csi_sidecar_operations_seconds for every call in m
+// (csi-lib-utils metrics). Connect sets m's driver name.
+func WithMetrics(m metrics.CSIMetricsManager) Option { return func(o *options) { o.metrics = m } }
+
+// WithOnConnectionLoss replaces what happens when an established connection
+// drops. The default, as upstream, exits the process with "Lost connection
+// to CSI driver, exiting" written to /dev/termination-log, so the pod
+// restarts and the sidecar re-discovers a possibly upgraded driver. The
+// callback returns true to reconnect instead.
+func WithOnConnectionLoss(f func(context.Context) bool) Option {
+	return func(o *options) { o.onLoss = f }
+}
+
+// Capabilities are what the driver said about itself at start-up. They are
+// read once by [Connect] and never change for the life of a Client.
+type Capabilities struct {
+	DriverName    string
+	VendorVersion string
+
+	// Plugin capabilities.
+	ControllerService bool
+	// VolumeAccessibility is VOLUME_ACCESSIBILITY_CONSTRAINTS: the driver
+	// understands topology.
+	VolumeAccessibility bool
+
+	// Controller capabilities.
+	CreateDeleteVolume    bool
+	PublishUnpublish      bool
+	ListVolumes           bool
+	GetCapacity           bool
+	CreateDeleteSnapshot  bool
+	ListSnapshots         bool
+	CloneVolume           bool
+	PublishReadonly       bool
+	ExpandVolume          bool
+	SingleNodeMultiWriter bool
+	ModifyVolume          bool
+	GetVolume             bool
+}
+
+// Driver is what the provisioner needs from a CSI driver: its capabilities,
+// read once, and the two calls that create and delete volumes. [Client]
+// implements it; tests use hand-written fakes.
+type Driver interface {
+	// Capabilities returns what the driver reported at start-up.
+	Capabilities() Capabilities
+	// CreateVolume creates a volume or returns the existing one with the same
+	// name. Errors are classified with [Classify].
+	CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error)
+	// DeleteVolume deletes a volume; an unknown volume ID is not an error.
+	DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error
+}
+
+var _ Driver = (*Client)(nil)
+
+// Client carries CSI calls to one driver. It is safe for concurrent use.
+type Client struct {
+	address string
+	conn    *grpc.ClientConn
+	caps    Capabilities
+	timeout time.Duration
+	ctrl    csi.ControllerClient
+}
+
+// Connect dials the driver at address (a path or unix:// URL), waits until
+// its Probe reports ready, and reads its name and capabilities once.
+// Progress is logged while it waits. Every error names the socket.
+func Connect(ctx context.Context, address string, opts ...Option) (*Client, error) {
+	o := options{
+		callTimeout:    DefaultCallTimeout,
+		connectTimeout: DefaultConnectTimeout,
+		probeTimeout:   DefaultProbeTimeout,
+		onLoss:         connection.ExitOnConnectionLoss(),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := checkAddress(address); err != nil {
+		return nil, fmt.Errorf("CSI driver at %q: %w", address, err)
+	}
+	logger := klog.FromContext(ctx).WithValues("csiAddress", address)
+	ctx = klog.NewContext(ctx, logger)
+	logger.V(2).Info("Connecting to the CSI driver")
+
+	connOpts := []connection.Option{connection.WithTimeout(o.connectTimeout), connection.OnConnectionLoss(o.onLoss)}
+	conn, err := connection.Connect(ctx, address, o.metrics, connOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the CSI driver at %q within %s: %w", address, o.connectTimeout, err)
+	}
+	c := &Client{address: address, conn: conn, timeout: o.callTimeout, ctrl: csi.NewControllerClient(conn)}
+	if err := c.init(ctx, o); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func checkAddress(address string) error {
+	if address == "" {
+		return errors.New("empty address")
+	}
+	if strings.HasPrefix(address, "unix://") {
+		if len(address) == len("unix://") {
+			return errors.New("empty socket path")
+		}
+		return nil
+	}
+	if strings.Contains(address, "://") {
+		return ErrNotUnixSocket
+	}
+	return nil
+}
+
+func (c *Client) init(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	probeCtx, cancel := context.WithTimeout(ctx, o.probeTimeout)
+	defer cancel()
+	if err := rpc.ProbeForever(probeCtx, c.conn, o.callTimeout); err != nil {
+		return fmt.Errorf("CSI driver at %q did not become ready within %s: %w", c.address, o.probeTimeout, err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, o.callTimeout)
+	defer cancel()
+	info, err := csi.NewIdentityClient(c.conn).GetPluginInfo(callCtx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		return fmt.Errorf("GetPluginInfo from the CSI driver at %q: %w", c.address, err)
+	}
+	if info.GetName() == "" {
+		return fmt.Errorf("CSI driver at %q reports an empty driver name", c.address)
+	}
+	c.caps.DriverName = info.GetName()
+	c.caps.VendorVersion = info.GetVendorVersion()
+	if o.metrics != nil {
+		o.metrics.SetDriverName(c.caps.DriverName)
+	}
+
+	plugin, err := rpc.GetPluginCapabilities(callCtx, c.conn)
+	if err != nil {
+		return fmt.Errorf("GetPluginCapabilities from the CSI driver %q at %q: %w", c.caps.DriverName, c.address, err)
+	}
+	c.caps.ControllerService = plugin[csi.PluginCapability_Service_CONTROLLER_SERVICE]
+	c.caps.VolumeAccessibility = plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
+	if c.caps.ControllerService {
+		ctrl, err := rpc.GetControllerCapabilities(callCtx, c.conn)
+		if err != nil {
+			return fmt.Errorf("ControllerGetCapabilities from the CSI driver %q at %q: %w", c.caps.DriverName, c.address, err)
+		}
+		c.caps.CreateDeleteVolume = ctrl[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME]
+		c.caps.PublishUnpublish = ctrl[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME]
+		c.caps.ListVolumes = ctrl[csi.ControllerServiceCapability_RPC_LIST_VOLUMES]
+		c.caps.GetCapacity = ctrl[csi.ControllerServiceCapability_RPC_GET_CAPACITY]
+		c.caps.CreateDeleteSnapshot = ctrl[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT]
+		c.caps.ListSnapshots = ctrl[csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS]
+		c.caps.CloneVolume = ctrl[csi.ControllerServiceCapability_RPC_CLONE_VOLUME]
+		c.caps.PublishReadonly = ctrl[csi.ControllerServiceCapability_RPC_PUBLISH_READONLY]
+		c.caps.ExpandVolume = ctrl[csi.ControllerServiceCapability_RPC_EXPAND_VOLUME]
+		c.caps.SingleNodeMultiWriter = ctrl[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER]
+		c.caps.ModifyVolume = ctrl[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME]
+		c.caps.GetVolume = ctrl[csi.ControllerServiceCapability_RPC_GET_VOLUME]
+	}
+	logger.Info("CSI driver ready", "driver", c.caps.DriverName, "vendorVersion", c.caps.VendorVersion,
+		"controllerService", c.caps.ControllerService, "createDeleteVolume", c.caps.CreateDeleteVolume,
+		"topology", c.caps.VolumeAccessibility, "publishUnpublish", c.caps.PublishUnpublish)
+	return nil
+}
+
+// Capabilities returns what the driver reported at Connect.
+func (c *Client) Capabilities() Capabilities { return c.caps }
+
+// Address is the socket the client is connected to.
+func (c *Client) Address() string { return c.address }
+
+// CreateVolume sends req with the configured call timeout and returns the
+// created volume. On failure the error is an *Error; pass it to [Classify]
+// to learn what to do. The call is idempotent by req.Name: repeating it after
+// an InProgress error continues the same creation.
+func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error) {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	resp, err := c.ctrl.CreateVolume(ctx, req)
+	logger.V(2).Info("CreateVolume", "volumeName", req.GetName(), "duration", time.Since(start), "code", Code(err))
+	if err != nil {
+		return nil, &Error{Method: "CreateVolume", Volume: req.GetName(), Err: err}
+	}
+	if resp.GetVolume() == nil || resp.GetVolume().GetVolumeId() == "" {
+		// A driver bug; nothing tells us whether a volume exists, so it is
+		// not final: retrying the same request may return the volume.
+		return nil, &Error{Method: "CreateVolume", Volume: req.GetName(), Err: errors.New("driver returned no volume ID")}
+	}
+	return resp.GetVolume(), nil
+}
+
+// DeleteVolume sends req with the configured call timeout. Deleting a volume
+// that does not exist succeeds (CSI requires it). On failure the error is an
+// *Error.
+func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	_, err := c.ctrl.DeleteVolume(ctx, req)
+	logger.V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", time.Since(start), "code", Code(err))
+	if err != nil {
+		return &Error{Method: "DeleteVolume", Volume: req.GetVolumeId(), Err: err}
+	}
+	return nil
+}
+
+// Probe asks the driver whether it is ready, for readiness checks.
+func (c *Client) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	ready, err := rpc.Probe(ctx, c.conn)
+	if err != nil {
+		return &Error{Method: "Probe", Err: err}
+	}
+	if !ready {
+		return &Error{Method: "Probe", Err: errors.New("driver reports not ready")}
+	}
+	return nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
