@@ -147,20 +147,27 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 	return c, nil
 }
 
+// checkAddress accepts an absolute socket path, bare or as a unix:// URL.
+// csi-lib-utils dials only those as unix sockets; it hands anything else to
+// gRPC's name resolution, which would dial "localhost:10000" over TCP.
 func checkAddress(address string) error {
-	if address == "" {
+	path, isURL := strings.CutPrefix(address, "unix://")
+	switch {
+	case address == "":
 		return errors.New("empty address")
-	}
-	if strings.HasPrefix(address, "unix://") {
-		if len(address) == len("unix://") {
-			return errors.New("empty socket path")
-		}
+	case isURL && path == "":
+		return errors.New("empty socket path")
+	case strings.HasPrefix(path, "/"):
 		return nil
-	}
-	if strings.Contains(address, "://") {
+	case isURL:
+		// gRPC would read "unix://run/csi.sock" as host "run".
+		return errors.New("the socket path of a unix:// URL must be absolute (unix:///path/to/socket)")
+	case strings.Contains(address, ":"):
+		// Another scheme (tcp://, dns:///, passthrough:///) or host:port.
 		return ErrNotUnixSocket
+	default:
+		return errors.New("the socket path must be absolute")
 	}
-	return nil
 }
 
 func (c *Client) init(ctx context.Context, o options) error {
@@ -168,11 +175,13 @@ func (c *Client) init(ctx context.Context, o options) error {
 	probeCtx, cancel := context.WithTimeout(ctx, o.probeTimeout)
 	defer cancel()
 	if err := rpc.ProbeForever(probeCtx, c.conn, o.callTimeout); err != nil {
-		return fmt.Errorf("CSI driver at %q did not become ready within %s: %w", c.address, o.probeTimeout, err)
+		return fmt.Errorf("probe the CSI driver at %q (waiting up to %s for it to be ready): %w", c.address, o.probeTimeout, err)
 	}
-	callCtx, cancel := context.WithTimeout(ctx, o.callTimeout)
-	defer cancel()
-	info, err := csi.NewIdentityClient(c.conn).GetPluginInfo(callCtx, &csi.GetPluginInfoRequest{})
+	// Each call gets the whole call timeout, as CreateVolume does; they do
+	// not share one.
+	info, err := withTimeout(ctx, o.callTimeout, func(ctx context.Context) (*csi.GetPluginInfoResponse, error) {
+		return csi.NewIdentityClient(c.conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	})
 	if err != nil {
 		return fmt.Errorf("GetPluginInfo from the CSI driver at %q: %w", c.address, err)
 	}
@@ -185,14 +194,18 @@ func (c *Client) init(ctx context.Context, o options) error {
 		o.metrics.SetDriverName(c.caps.DriverName)
 	}
 
-	plugin, err := rpc.GetPluginCapabilities(callCtx, c.conn)
+	plugin, err := withTimeout(ctx, o.callTimeout, func(ctx context.Context) (rpc.PluginCapabilitySet, error) {
+		return rpc.GetPluginCapabilities(ctx, c.conn)
+	})
 	if err != nil {
 		return fmt.Errorf("GetPluginCapabilities from the CSI driver %q at %q: %w", c.caps.DriverName, c.address, err)
 	}
 	c.caps.ControllerService = plugin[csi.PluginCapability_Service_CONTROLLER_SERVICE]
 	c.caps.VolumeAccessibility = plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	if c.caps.ControllerService {
-		ctrl, err := rpc.GetControllerCapabilities(callCtx, c.conn)
+		ctrl, err := withTimeout(ctx, o.callTimeout, func(ctx context.Context) (rpc.ControllerCapabilitySet, error) {
+			return rpc.GetControllerCapabilities(ctx, c.conn)
+		})
 		if err != nil {
 			return fmt.Errorf("ControllerGetCapabilities from the CSI driver %q at %q: %w", c.caps.DriverName, c.address, err)
 		}
@@ -213,6 +226,13 @@ func (c *Client) init(ctx context.Context, o options) error {
 		"controllerService", c.caps.ControllerService, "createDeleteVolume", c.caps.CreateDeleteVolume,
 		"topology", c.caps.VolumeAccessibility, "publishUnpublish", c.caps.PublishUnpublish)
 	return nil
+}
+
+// withTimeout calls f with a context that ends after d.
+func withTimeout[T any](ctx context.Context, d time.Duration, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return f(ctx)
 }
 
 // Capabilities returns what the driver reported at Connect.

@@ -94,17 +94,14 @@ func Code(err error) codes.Code {
 }
 
 // grpcStatus finds a gRPC status in err's chain. A context error that never
-// reached gRPC has none. An *Error is looked through, so that its own
-// GRPCStatus (which reports Unknown for a status-less cause) does not hide
-// the difference.
+// reached gRPC has none, and neither has an *Error around such an error (its
+// GRPCStatus returns nil); a nil status counts as none, not as codes.OK.
 func grpcStatus(err error) (*status.Status, bool) {
-	var ce *Error
-	if errors.As(err, &ce) {
-		err = ce.Err
-	}
 	var se interface{ GRPCStatus() *status.Status }
 	if errors.As(err, &se) {
-		return se.GRPCStatus(), true
+		if st := se.GRPCStatus(); st != nil {
+			return st, true
+		}
 	}
 	return nil, false
 }
@@ -131,10 +128,14 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // GRPCStatus lets status.FromError and upstream code that inspects gRPC codes
 // (such as the provisioner library's infeasible-error check) see the code
-// through the wrapper.
+// through the wrapper. When Err carries no status, neither does the wrapper:
+// it returns nil, so status.FromError reports ok=false and status.Code
+// Unknown, exactly as for Err itself. A made-up Unknown status would look
+// like a final answer from the driver to such code, while [Classify] says
+// InProgress.
 func (e *Error) GRPCStatus() *status.Status {
 	if st, ok := grpcStatus(e.Err); ok {
 		return st
 	}
-	return status.New(codes.Unknown, e.Err.Error())
+	return nil
 }

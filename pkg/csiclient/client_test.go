@@ -1,0 +1,958 @@
+package csiclient_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-test/v5/utils"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+)
+
+// callBound is how long a call that must end at a short timeout may take
+// at most on a loaded machine. Tests never assert tighter timing.
+const callBound = 5 * time.Second
+
+func TestConnectDiscoversCapabilities(t *testing.T) {
+	type rpc = csi.ControllerServiceCapability_RPC_Type
+	controllerService := []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE}
+	withIdentity := func(c csiclient.Capabilities) csiclient.Capabilities {
+		c.DriverName, c.VendorVersion = testDriverName, testVendorVersion
+		return c
+	}
+	withController := func(c csiclient.Capabilities) csiclient.Capabilities {
+		c.ControllerService = true
+		return withIdentity(c)
+	}
+	tests := []struct {
+		name   string
+		plugin []csi.PluginCapability_Service_Type
+		// controller is what ControllerGetCapabilities reports; nil means
+		// it must not be called.
+		controller []rpc
+		want       csiclient.Capabilities
+	}{
+		{name: "identity only", want: withIdentity(csiclient.Capabilities{})},
+		{
+			name:   "VOLUME_ACCESSIBILITY_CONSTRAINTS without controller",
+			plugin: []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
+			want:   withIdentity(csiclient.Capabilities{VolumeAccessibility: true}),
+		},
+		{name: "CONTROLLER_SERVICE alone", plugin: controllerService, controller: []rpc{}, want: withController(csiclient.Capabilities{})},
+		{name: "CREATE_DELETE_VOLUME", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}, want: withController(csiclient.Capabilities{CreateDeleteVolume: true})},
+		{name: "PUBLISH_UNPUBLISH_VOLUME", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}, want: withController(csiclient.Capabilities{PublishUnpublish: true})},
+		{name: "LIST_VOLUMES", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_LIST_VOLUMES}, want: withController(csiclient.Capabilities{ListVolumes: true})},
+		{name: "GET_CAPACITY", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_GET_CAPACITY}, want: withController(csiclient.Capabilities{GetCapacity: true})},
+		{name: "CREATE_DELETE_SNAPSHOT", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT}, want: withController(csiclient.Capabilities{CreateDeleteSnapshot: true})},
+		{name: "LIST_SNAPSHOTS", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS}, want: withController(csiclient.Capabilities{ListSnapshots: true})},
+		{name: "CLONE_VOLUME", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_CLONE_VOLUME}, want: withController(csiclient.Capabilities{CloneVolume: true})},
+		{name: "PUBLISH_READONLY", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_PUBLISH_READONLY}, want: withController(csiclient.Capabilities{PublishReadonly: true})},
+		{name: "EXPAND_VOLUME", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_EXPAND_VOLUME}, want: withController(csiclient.Capabilities{ExpandVolume: true})},
+		{name: "SINGLE_NODE_MULTI_WRITER", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER}, want: withController(csiclient.Capabilities{SingleNodeMultiWriter: true})},
+		{name: "MODIFY_VOLUME", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_MODIFY_VOLUME}, want: withController(csiclient.Capabilities{ModifyVolume: true})},
+		{name: "GET_VOLUME", plugin: controllerService, controller: []rpc{csi.ControllerServiceCapability_RPC_GET_VOLUME}, want: withController(csiclient.Capabilities{GetVolume: true})},
+		{
+			name:   "capabilities the provisioner does not use",
+			plugin: []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE, csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE},
+			controller: []rpc{
+				csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+				csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+				csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
+			},
+			want: withController(csiclient.Capabilities{}),
+		},
+		{
+			name: "everything",
+			plugin: []csi.PluginCapability_Service_Type{
+				csi.PluginCapability_Service_CONTROLLER_SERVICE,
+				csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
+			},
+			controller: []rpc{
+				csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+				csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+				csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+				csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+				csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+				csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+				csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+				csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+				csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+				csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+				csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+				csi.ControllerServiceCapability_RPC_GET_VOLUME,
+			},
+			want: withController(csiclient.Capabilities{
+				VolumeAccessibility:   true,
+				CreateDeleteVolume:    true,
+				PublishUnpublish:      true,
+				ListVolumes:           true,
+				GetCapacity:           true,
+				CreateDeleteSnapshot:  true,
+				ListSnapshots:         true,
+				CloneVolume:           true,
+				PublishReadonly:       true,
+				ExpandVolume:          true,
+				SingleNodeMultiWriter: true,
+				ModifyVolume:          true,
+				GetVolume:             true,
+			}),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			d := startDriver(t)
+			d.expectProbe()
+			d.expectDiscovery(tc.plugin, tc.controller)
+			// Discovery happens once, in Connect: the calls below must not
+			// repeat it, or gomock sees more than one call of each.
+			d.controller.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
+				Return(&csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-1"}}, nil).Times(1)
+			d.controller.EXPECT().DeleteVolume(gomock.Any(), gomock.Any()).
+				Return(&csi.DeleteVolumeResponse{}, nil).Times(1)
+
+			c := d.connect(ctx, t)
+			if got := c.Capabilities(); got != tc.want {
+				t.Errorf("Capabilities() = %+v, want %+v", got, tc.want)
+			}
+			if _, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"}); err != nil {
+				t.Fatalf("CreateVolume: %v", err)
+			}
+			if err := c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-1"}); err != nil {
+				t.Fatalf("DeleteVolume: %v", err)
+			}
+			if got := c.Capabilities(); got != tc.want {
+				t.Errorf("Capabilities() after calls = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
+	// The "everything" row must set every capability field, so that a field
+	// added to Capabilities without a test (and likely without its mapping)
+	// fails here.
+	for _, tc := range tests {
+		if tc.name != "everything" {
+			continue
+		}
+		v := reflect.ValueOf(tc.want)
+		for i := range v.NumField() {
+			if f := v.Field(i); f.Kind() == reflect.Bool && !f.Bool() {
+				t.Errorf("the everything row leaves Capabilities.%s false: add it to the row and to this table", v.Type().Field(i).Name)
+			}
+		}
+	}
+}
+
+func TestConnectDiscoveryErrors(t *testing.T) {
+	infoOK := &csi.GetPluginInfoResponse{Name: testDriverName, VendorVersion: testVendorVersion}
+	pluginOK := pluginCapabilities(csi.PluginCapability_Service_CONTROLLER_SERVICE)
+	tests := []struct {
+		name     string
+		expect   func(d *testDriver)
+		wantCode codes.Code // of the wrapped cause; OK when it has none
+	}{
+		{
+			name: "GetPluginInfo fails",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Internal, "broken")).Times(1)
+			},
+			wantCode: codes.Internal,
+		},
+		{
+			name: "empty driver name",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Return(&csi.GetPluginInfoResponse{}, nil).Times(1)
+			},
+		},
+		{
+			name: "GetPluginCapabilities fails",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Return(infoOK, nil).Times(1)
+				d.identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Unimplemented, "no")).Times(1)
+			},
+			wantCode: codes.Unimplemented,
+		},
+		{
+			name: "ControllerGetCapabilities fails",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Return(infoOK, nil).Times(1)
+				d.identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).Return(pluginOK, nil).Times(1)
+				d.controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.Unavailable, "later")).Times(1)
+			},
+			wantCode: codes.Unavailable,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDriver(t)
+			d.expectProbe()
+			tc.expect(d)
+			c, err := csiclient.Connect(t.Context(), d.socket, testOptions()...)
+			if err == nil {
+				_ = c.Close()
+				t.Fatal("Connect succeeded, want an error")
+			}
+			if !strings.Contains(err.Error(), d.socket) {
+				t.Errorf("error %q does not name the socket %s", err, d.socket)
+			}
+			if tc.wantCode != codes.OK {
+				if got := status.Code(err); got != tc.wantCode {
+					t.Errorf("status.Code(%v) = %v, want %v", err, got, tc.wantCode)
+				}
+			}
+		})
+	}
+}
+
+// TestConnectBoundsEachDiscoveryCall: the call timeout bounds every call,
+// each on its own; the discovery calls do not share one budget.
+func TestConnectBoundsEachDiscoveryCall(t *testing.T) {
+	tests := []struct {
+		name string
+		// latency of each discovery call; the call timeout is 1s.
+		latency time.Duration
+		wantErr bool
+	}{
+		{name: "each call within the timeout, together beyond it", latency: 400 * time.Millisecond},
+		{name: "a call beyond the timeout", latency: time.Hour, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDriver(t)
+			d.expectProbe()
+			d.identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
+				DoAndReturn(func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+					if err := delay(ctx, tc.latency); err != nil {
+						return nil, err
+					}
+					return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+				}).Times(1)
+			if !tc.wantErr {
+				d.identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(ctx context.Context, _ *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+						if err := delay(ctx, tc.latency); err != nil {
+							return nil, err
+						}
+						return pluginCapabilities(csi.PluginCapability_Service_CONTROLLER_SERVICE), nil
+					}).Times(1)
+				d.controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(ctx context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+						if err := delay(ctx, tc.latency); err != nil {
+							return nil, err
+						}
+						return controllerCapabilities(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), nil
+					}).Times(1)
+			}
+
+			start := time.Now()
+			c, err := csiclient.Connect(t.Context(), d.socket, testOptions(csiclient.WithCallTimeout(time.Second))...)
+			elapsed := time.Since(start)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("Connect: %v", err)
+				}
+				_ = c.Close()
+				return
+			}
+			if err == nil {
+				_ = c.Close()
+				t.Fatal("Connect succeeded, want a timeout")
+			}
+			if got := status.Code(err); got != codes.DeadlineExceeded {
+				t.Errorf("status.Code(%v) = %v, want %v", err, got, codes.DeadlineExceeded)
+			}
+			if !strings.Contains(err.Error(), d.socket) {
+				t.Errorf("error %q does not name the socket %s", err, d.socket)
+			}
+			if elapsed > callBound {
+				t.Errorf("Connect took %v with a 1s call timeout", elapsed)
+			}
+		})
+	}
+}
+
+func TestConnectWaitsForProbe(t *testing.T) {
+	ready := func(r bool) *csi.ProbeResponse { return &csi.ProbeResponse{Ready: wrapperspb.Bool(r)} }
+	tests := []struct {
+		name    string
+		expect  func(d *testDriver)
+		opts    []csiclient.Option
+		wantErr bool
+		wantIs  error
+	}{
+		{name: "ready", expect: (*testDriver).expectProbe},
+		{
+			// CSI: without the field the caller assumes the plugin is ready.
+			name: "ready field absent",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(&csi.ProbeResponse{}, nil).Times(1)
+			},
+		},
+		{
+			name: "not ready twice, then ready",
+			expect: func(d *testDriver) {
+				gomock.InOrder(
+					d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(ready(false), nil).Times(2),
+					d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(ready(true), nil).Times(1),
+				)
+			},
+		},
+		{
+			name: "probe fails",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.FailedPrecondition, "disk missing")).Times(1)
+			},
+			wantErr: true,
+		},
+		{
+			name: "never ready",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(ready(false), nil).MinTimes(1)
+			},
+			opts:    []csiclient.Option{csiclient.WithProbeTimeout(300 * time.Millisecond)},
+			wantErr: true,
+			wantIs:  context.DeadlineExceeded,
+		},
+		{
+			name: "probe hangs",
+			expect: func(d *testDriver) {
+				d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+						return nil, delay(ctx, time.Hour)
+					}).MinTimes(1)
+			},
+			opts:    []csiclient.Option{csiclient.WithProbeTimeout(300 * time.Millisecond)},
+			wantErr: true,
+			wantIs:  context.DeadlineExceeded,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDriver(t)
+			tc.expect(d)
+			if !tc.wantErr {
+				// Discovery only after a ready Probe; unexpected otherwise.
+				d.expectDiscovery(
+					[]csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE},
+					[]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME})
+			}
+			start := time.Now()
+			c, err := csiclient.Connect(t.Context(), d.socket, testOptions(tc.opts...)...)
+			elapsed := time.Since(start)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("Connect: %v", err)
+				}
+				_ = c.Close()
+				return
+			}
+			if err == nil {
+				_ = c.Close()
+				t.Fatal("Connect succeeded, want an error")
+			}
+			if !strings.Contains(err.Error(), d.socket) {
+				t.Errorf("error %q does not name the socket %s", err, d.socket)
+			}
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("error %v is not %v", err, tc.wantIs)
+			}
+			if elapsed > callBound {
+				t.Errorf("Connect took %v with a 300ms probe timeout", elapsed)
+			}
+		})
+	}
+}
+
+func TestConnectAddressForms(t *testing.T) {
+	tests := []struct {
+		name    string
+		address func(socket string) string
+	}{
+		{"path", func(socket string) string { return socket }},
+		{"unix URL", func(socket string) string { return "unix://" + socket }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDriver(t)
+			d.expectConnect()
+			address := tc.address(d.socket)
+			c, err := csiclient.Connect(t.Context(), address, testOptions()...)
+			if err != nil {
+				t.Fatalf("Connect(%q): %v", address, err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if got := c.Address(); got != address {
+				t.Errorf("Address() = %q, want %q", got, address)
+			}
+			if got := c.Capabilities().DriverName; got != testDriverName {
+				t.Errorf("DriverName = %q, want %q", got, testDriverName)
+			}
+		})
+	}
+}
+
+// TestConnectRefusesAddress: only unix sockets given by absolute path are
+// dialled; everything else fails at once, before any network access.
+func TestConnectRefusesAddress(t *testing.T) {
+	tests := []struct {
+		address       string
+		wantNotSocket bool // errors.Is(err, ErrNotUnixSocket)
+	}{
+		{address: "tcp://127.0.0.1:10000", wantNotSocket: true},
+		{address: "dns:///csi.example.com:10000", wantNotSocket: true},
+		{address: "passthrough:///127.0.0.1:10000", wantNotSocket: true},
+		{address: "127.0.0.1:10000", wantNotSocket: true},
+		{address: "localhost:10000", wantNotSocket: true},
+		{address: ""},
+		{address: "unix://"},
+		{address: "csi.sock"},
+		{address: "run/csi/socket"},
+		{address: "unix://run/csi/socket"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.address, func(t *testing.T) {
+			start := time.Now()
+			c, err := csiclient.Connect(t.Context(), tc.address, testOptions(csiclient.WithConnectTimeout(callBound))...)
+			if err == nil {
+				_ = c.Close()
+				t.Fatalf("Connect(%q) succeeded, want an error", tc.address)
+			}
+			if got := errors.Is(err, csiclient.ErrNotUnixSocket); got != tc.wantNotSocket {
+				t.Errorf("errors.Is(%v, ErrNotUnixSocket) = %t, want %t", err, got, tc.wantNotSocket)
+			}
+			if !strings.Contains(err.Error(), `"`+tc.address+`"`) {
+				t.Errorf("error %q does not name the address %q", err, tc.address)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Connect(%q) = %v: it dialled instead of refusing the address (took %v)", tc.address, err, time.Since(start))
+			}
+		})
+	}
+}
+
+func TestConnectNoListener(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, path string)
+	}{
+		{name: "nothing at the path", prepare: func(*testing.T, string) {}},
+		{name: "a plain file at the path", prepare: func(t *testing.T, path string) {
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			socket := filepath.Join(t.TempDir(), "csi.sock")
+			tc.prepare(t, socket)
+			start := time.Now()
+			c, err := csiclient.Connect(t.Context(), socket, testOptions(csiclient.WithConnectTimeout(300*time.Millisecond))...)
+			elapsed := time.Since(start)
+			if err == nil {
+				_ = c.Close()
+				t.Fatal("Connect succeeded without a driver")
+			}
+			if !strings.Contains(err.Error(), socket) {
+				t.Errorf("error %q does not name the socket %s", err, socket)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("error %v is not %v", err, context.DeadlineExceeded)
+			}
+			if elapsed > callBound {
+				t.Errorf("Connect took %v with a 300ms connect timeout", elapsed)
+			}
+		})
+	}
+}
+
+func TestCreateVolume(t *testing.T) {
+	req := &csi.CreateVolumeRequest{
+		Name:          "pvc-0f2b",
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+		Parameters: map[string]string{"type": "fast"},
+		Secrets:    map[string]string{"password": "x"},
+		AccessibilityRequirements: &csi.TopologyRequirement{
+			Preferred: []*csi.Topology{{Segments: map[string]string{"zone": "a"}}},
+		},
+	}
+	volume := &csi.Volume{
+		VolumeId:           "vol-0f2b",
+		CapacityBytes:      1 << 30,
+		VolumeContext:      map[string]string{"path": "/data/vol-0f2b"},
+		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{"zone": "a"}}},
+	}
+	tests := []struct {
+		name string
+		resp *csi.CreateVolumeResponse
+		want *csi.Volume // nil: an error classified InProgress
+	}{
+		{name: "volume", resp: &csi.CreateVolumeResponse{Volume: volume}, want: volume},
+		{name: "empty volume ID", resp: &csi.CreateVolumeResponse{Volume: &csi.Volume{CapacityBytes: 1 << 30}}},
+		{name: "no volume", resp: &csi.CreateVolumeResponse{}},
+		{name: "nil response", resp: nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			d := startDriver(t)
+			d.expectConnect()
+			d.controller.EXPECT().CreateVolume(gomock.Any(), utils.Protobuf(req)).Return(tc.resp, nil).Times(1)
+			c := d.connect(ctx, t)
+
+			got, err := c.CreateVolume(ctx, req)
+			if tc.want != nil {
+				if err != nil {
+					t.Fatalf("CreateVolume: %v", err)
+				}
+				if !proto.Equal(got, tc.want) {
+					t.Errorf("CreateVolume = %v, want %v", got, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("CreateVolume = %v, want an error", got)
+			}
+			var ce *csiclient.Error
+			if !errors.As(err, &ce) || ce.Method != "CreateVolume" || ce.Volume != req.GetName() {
+				t.Errorf("error %v (%T) is not an *Error for CreateVolume %q", err, err, req.GetName())
+			}
+			for _, mayReschedule := range []bool{false, true} {
+				if class := csiclient.Classify(err, mayReschedule); class != csiclient.InProgress {
+					t.Errorf("Classify(%v, %t) = %v, want %v: the volume may exist", err, mayReschedule, class, csiclient.InProgress)
+				}
+			}
+			if _, ok := status.FromError(err); ok {
+				t.Errorf("status.FromError(%v) reports a gRPC status the driver never sent", err)
+			}
+		})
+	}
+}
+
+func TestDeleteVolume(t *testing.T) {
+	tests := []struct {
+		name      string
+		driverErr error
+		wantClass csiclient.Class // when driverErr is not nil
+	}{
+		{name: "deleted"},
+		{name: "in use", driverErr: status.Error(codes.FailedPrecondition, "attached"), wantClass: csiclient.Final},
+		{name: "busy", driverErr: status.Error(codes.Aborted, "operation pending"), wantClass: csiclient.InProgress},
+		{name: "invalid ID", driverErr: status.Error(codes.InvalidArgument, "bad id"), wantClass: csiclient.Infeasible},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			req := &csi.DeleteVolumeRequest{VolumeId: "vol-0f2b", Secrets: map[string]string{"password": "x"}}
+			d := startDriver(t)
+			d.expectConnect()
+			resp := &csi.DeleteVolumeResponse{}
+			if tc.driverErr != nil {
+				resp = nil
+			}
+			d.controller.EXPECT().DeleteVolume(gomock.Any(), utils.Protobuf(req)).Return(resp, tc.driverErr).Times(1)
+			c := d.connect(ctx, t)
+
+			err := c.DeleteVolume(ctx, req)
+			if tc.driverErr == nil {
+				if err != nil {
+					t.Fatalf("DeleteVolume: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("DeleteVolume succeeded, want an error")
+			}
+			var ce *csiclient.Error
+			if !errors.As(err, &ce) || ce.Method != "DeleteVolume" || ce.Volume != req.GetVolumeId() {
+				t.Errorf("error %v (%T) is not an *Error for DeleteVolume %q", err, err, req.GetVolumeId())
+			}
+			if got, want := status.Code(err), status.Code(tc.driverErr); got != want {
+				t.Errorf("status.Code(%v) = %v, want %v", err, got, want)
+			}
+			if got := csiclient.Classify(err, false); got != tc.wantClass {
+				t.Errorf("Classify(%v, false) = %v, want %v", err, got, tc.wantClass)
+			}
+		})
+	}
+}
+
+func TestProbe(t *testing.T) {
+	tests := []struct {
+		name     string
+		resp     *csi.ProbeResponse
+		err      error
+		wantErr  bool
+		wantCode codes.Code
+	}{
+		{name: "ready", resp: &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}},
+		{name: "not ready", resp: &csi.ProbeResponse{Ready: wrapperspb.Bool(false)}, wantErr: true, wantCode: codes.Unknown},
+		{name: "failing", err: status.Error(codes.FailedPrecondition, "disk missing"), wantErr: true, wantCode: codes.FailedPrecondition},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			d := startDriver(t)
+			d.expectConnect()
+			c := d.connect(ctx, t)
+			d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(tc.resp, tc.err).Times(1)
+
+			err := c.Probe(ctx)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("Probe: %v", err)
+				}
+				return
+			}
+			var ce *csiclient.Error
+			if !errors.As(err, &ce) || ce.Method != "Probe" {
+				t.Fatalf("Probe error %v (%T) is not an *Error for Probe", err, err)
+			}
+			if got := csiclient.Code(err); got != tc.wantCode {
+				t.Errorf("Code(%v) = %v, want %v", err, got, tc.wantCode)
+			}
+		})
+	}
+}
+
+// TestCallTimeout: a call that the driver does not answer ends at the call
+// timeout (or when the caller cancels), the driver sees the deadline, and the
+// error is InProgress: the driver may still be creating or deleting.
+func TestCallTimeout(t *testing.T) {
+	const callTimeout = 200 * time.Millisecond
+	tests := []struct {
+		name     string
+		method   string
+		cancel   bool // the caller cancels; the call timeout is long
+		wantCode codes.Code
+	}{
+		{name: "CreateVolume times out", method: "CreateVolume", wantCode: codes.DeadlineExceeded},
+		{name: "DeleteVolume times out", method: "DeleteVolume", wantCode: codes.DeadlineExceeded},
+		{name: "CreateVolume canceled", method: "CreateVolume", cancel: true, wantCode: codes.Canceled},
+		{name: "DeleteVolume canceled", method: "DeleteVolume", cancel: true, wantCode: codes.Canceled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDriver(t)
+			d.expectConnect()
+			// started is closed when the driver has the call.
+			started := make(chan struct{})
+			hasDeadline := make(chan bool, 1)
+			block := func(ctx context.Context) error {
+				_, ok := ctx.Deadline()
+				hasDeadline <- ok
+				close(started)
+				<-ctx.Done()
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			var call func(ctx context.Context, c *csiclient.Client) error
+			switch tc.method {
+			case "CreateVolume":
+				d.controller.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(ctx context.Context, _ *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+						return nil, block(ctx)
+					}).Times(1)
+				call = func(ctx context.Context, c *csiclient.Client) error {
+					_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-slow"})
+					return err
+				}
+			case "DeleteVolume":
+				d.controller.EXPECT().DeleteVolume(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(ctx context.Context, _ *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+						return nil, block(ctx)
+					}).Times(1)
+				call = func(ctx context.Context, c *csiclient.Client) error {
+					return c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-slow"})
+				}
+			}
+			timeout := callTimeout
+			if tc.cancel {
+				timeout = time.Hour
+			}
+			c := d.connect(t.Context(), t, csiclient.WithCallTimeout(timeout))
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tc.cancel {
+				go func() {
+					select {
+					case <-started:
+						cancel()
+					case <-ctx.Done():
+					}
+				}()
+			}
+			start := time.Now()
+			err := call(ctx, c)
+			elapsed := time.Since(start)
+
+			if got := csiclient.Code(err); got != tc.wantCode {
+				t.Fatalf("%s error %v has code %v, want %v", tc.method, err, got, tc.wantCode)
+			}
+			var ce *csiclient.Error
+			if !errors.As(err, &ce) {
+				t.Errorf("error %v (%T) is not an *Error", err, err)
+			}
+			for _, mayReschedule := range []bool{false, true} {
+				if got := csiclient.Classify(err, mayReschedule); got != csiclient.InProgress {
+					t.Errorf("Classify(%v, %t) = %v, want %v", err, mayReschedule, got, csiclient.InProgress)
+				}
+			}
+			if elapsed > callBound {
+				t.Errorf("%s returned after %v", tc.method, elapsed)
+			}
+			select {
+			case ok := <-hasDeadline:
+				if !ok {
+					t.Errorf("the driver's %s context had no deadline", tc.method)
+				}
+			case <-time.After(callBound):
+				t.Errorf("the driver never received %s", tc.method)
+			}
+		})
+	}
+}
+
+// TestSecretsAreNotLogged captures the client's logs at V(5), where
+// csi-lib-utils logs every gRPC request through klog.FromContext, and checks
+// that the request was logged without its secret.
+func TestSecretsAreNotLogged(t *testing.T) {
+	const secret = "s3cr3t-value"
+	secrets := map[string]string{"password": secret}
+	// secretArrived fails the call when the secret did not reach the driver,
+	// so that the test cannot pass by not sending it.
+	secretArrived := func(got map[string]string) error {
+		if got["password"] != secret {
+			return status.Error(codes.InvalidArgument, "the secret did not arrive")
+		}
+		return nil
+	}
+	tests := []struct {
+		name   string
+		method string
+		expect func(d *testDriver)
+		call   func(ctx context.Context, c *csiclient.Client) error
+	}{
+		{
+			name:   "CreateVolume",
+			method: "/csi.v1.Controller/CreateVolume",
+			expect: func(d *testDriver) {
+				d.controller.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+						if err := secretArrived(req.GetSecrets()); err != nil {
+							return nil, err
+						}
+						return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-1"}}, nil
+					}).Times(1)
+			},
+			call: func(ctx context.Context, c *csiclient.Client) error {
+				_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1", Secrets: secrets})
+				return err
+			},
+		},
+		{
+			name:   "DeleteVolume",
+			method: "/csi.v1.Controller/DeleteVolume",
+			expect: func(d *testDriver) {
+				d.controller.EXPECT().DeleteVolume(gomock.Any(), gomock.Any()).
+					DoAndReturn(func(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+						if err := secretArrived(req.GetSecrets()); err != nil {
+							return nil, err
+						}
+						return &csi.DeleteVolumeResponse{}, nil
+					}).Times(1)
+			},
+			call: func(ctx context.Context, c *csiclient.Client) error {
+				return c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-1", Secrets: secrets})
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(5), textlogger.Output(&logs)))
+			ctx := klog.NewContext(t.Context(), logger)
+			d := startDriver(t)
+			d.expectConnect()
+			tc.expect(d)
+			c := d.connect(ctx, t)
+
+			if err := tc.call(ctx, c); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			out := logs.String()
+			for _, want := range []string{`"GRPC call"`, tc.method, "***stripped***"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the logs do not contain %s: the request was not logged as expected\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, secret) {
+				t.Errorf("the logs contain the secret:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	tests := []struct {
+		name      string
+		method    string
+		expect    func(d *testDriver)
+		call      func(ctx context.Context, c *csiclient.Client) error
+		wantCode  string
+		wantError bool
+	}{
+		{
+			name:   "CreateVolume OK",
+			method: "/csi.v1.Controller/CreateVolume",
+			expect: func(d *testDriver) {
+				d.controller.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
+					Return(&csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-1"}}, nil).Times(1)
+			},
+			call: func(ctx context.Context, c *csiclient.Client) error {
+				_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"})
+				return err
+			},
+			wantCode: "OK",
+		},
+		{
+			name:   "CreateVolume ResourceExhausted",
+			method: "/csi.v1.Controller/CreateVolume",
+			expect: func(d *testDriver) {
+				d.controller.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
+					Return(nil, status.Error(codes.ResourceExhausted, "full")).Times(1)
+			},
+			call: func(ctx context.Context, c *csiclient.Client) error {
+				_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"})
+				return err
+			},
+			wantCode:  "ResourceExhausted",
+			wantError: true,
+		},
+		{
+			name:   "DeleteVolume OK",
+			method: "/csi.v1.Controller/DeleteVolume",
+			expect: func(d *testDriver) {
+				d.controller.EXPECT().DeleteVolume(gomock.Any(), gomock.Any()).Return(&csi.DeleteVolumeResponse{}, nil).Times(1)
+			},
+			call: func(ctx context.Context, c *csiclient.Client) error {
+				return c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-1"})
+			},
+			wantCode: "OK",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			mm := metrics.NewCSIMetricsManagerWithOptions("", metrics.WithSubsystem(metrics.SubsystemSidecar))
+			d := startDriver(t)
+			d.expectConnect()
+			tc.expect(d)
+			c := d.connect(ctx, t, csiclient.WithMetrics(mm))
+
+			if err := tc.call(ctx, c); (err != nil) != tc.wantError {
+				t.Fatalf("call error = %v, want error %t", err, tc.wantError)
+			}
+			labels := map[string]string{
+				"driver_name":      testDriverName,
+				"method_name":      tc.method,
+				"grpc_status_code": tc.wantCode,
+			}
+			if got := histogramCount(t, mm, "csi_sidecar_operations_seconds", labels); got != 1 {
+				t.Errorf("csi_sidecar_operations_seconds%v has %d samples, want 1", labels, got)
+			}
+		})
+	}
+}
+
+// TestConnectionLoss: when the driver goes away after Connect, the
+// connection-loss handler is called once; its answer decides whether the
+// client reconnects.
+func TestConnectionLoss(t *testing.T) {
+	tests := []struct {
+		name      string
+		reconnect bool
+	}{
+		{name: "reconnect", reconnect: true},
+		{name: "stay disconnected", reconnect: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			d := startDriver(t)
+			d.expectConnect()
+			var calls atomic.Int32
+			lost := make(chan struct{})
+			onLoss := func(context.Context) bool {
+				if calls.Add(1) == 1 {
+					close(lost)
+				}
+				return tc.reconnect
+			}
+			c := d.connect(ctx, t, csiclient.WithOnConnectionLoss(onLoss), csiclient.WithCallTimeout(callBound))
+
+			d.server.Stop()
+			// gRPC dials again, and so notices the loss, when a call needs the
+			// connection: keep calling until the handler has run.
+			err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+				if err := c.Probe(ctx); err == nil {
+					return false, errors.New("Probe succeeded on a stopped driver")
+				}
+				select {
+				case <-lost:
+					return true, nil
+				default:
+					return false, nil
+				}
+			})
+			if err != nil {
+				t.Fatalf("wait for the connection-loss handler: %v", err)
+			}
+
+			if tc.reconnect {
+				d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).
+					Return(&csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil).MinTimes(1)
+				if err := d.server.StartOnAddress("unix", d.socket); err != nil {
+					t.Fatalf("restart the mock driver: %v", err)
+				}
+				err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+					return c.Probe(ctx) == nil, nil
+				})
+				if err != nil {
+					t.Fatalf("the client did not reconnect to the restarted driver: %v", err)
+				}
+			} else {
+				_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"})
+				if got := csiclient.Code(err); got != codes.Unavailable {
+					t.Errorf("CreateVolume after the loss: error %v has code %v, want %v", err, got, codes.Unavailable)
+				}
+				if got := csiclient.Classify(err, false); got != csiclient.InProgress {
+					t.Errorf("Classify(%v) = %v, want %v", err, got, csiclient.InProgress)
+				}
+			}
+			if got := calls.Load(); got != 1 {
+				t.Errorf("the connection-loss handler ran %d times, want 1", got)
+			}
+		})
+	}
+}
