@@ -1,0 +1,34 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// GetPluginInfo returns the driver's name and version.
+func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: d.cfg.DriverName, VendorVersion: d.cfg.VendorVersion}, nil
+}
+
+// GetPluginCapabilities reports the controller service and, when topology
+// is enabled, volume accessibility constraints.
+func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	services := []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE}
+	if d.cfg.EnableTopology {
+		services = append(services, csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS)
+	}
+	caps := make([]*csi.PluginCapability, 0, len(services))
+	for _, s := range services {
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+			Service: &csi.PluginCapability_Service{Type: s},
+		}})
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// Probe reports ready: a Driver that exists has loaded its state.
+func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+}

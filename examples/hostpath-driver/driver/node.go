@@ -1,0 +1,148 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/examples/hostpath-driver/backend"
+	"github.com/kube-storage/csi-provisioner/examples/hostpath-driver/state"
+)
+
+// NodeGetInfo reports the node ID and, with topology, the node's topology.
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	resp := &csi.NodeGetInfoResponse{NodeId: d.cfg.NodeID}
+	if d.cfg.EnableTopology {
+		resp.AccessibleTopology = d.nodeTopology()
+	}
+	return resp, nil
+}
+
+// NodeGetCapabilities reports SINGLE_NODE_MULTI_WRITER when enabled. The
+// driver has no staging step, volume stats or expansion.
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	if d.cfg.SingleNodeMultiWriter {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER},
+		}})
+	}
+	return resp, nil
+}
+
+// NodePublishVolume makes a volume available at target_path: the dir
+// backend bind-mounts it (a directory, or a file for a block volume), the
+// memory backend only creates the path. It is idempotent for the same
+// target and flags; other flags at the same target are ALREADY_EXISTS. A
+// SINGLE_NODE_SINGLE_WRITER volume published elsewhere is
+// FAILED_PRECONDITION, as is a process that may not mount and, with
+// attach enabled, a volume not ControllerPublished to this node.
+func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if req.GetTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	at, err := d.checkCapability(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
+	readOnly := req.GetReadonly() || readOnlyMode(mode)
+	target := req.GetTargetPath()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := d.st.Volumes[req.GetVolumeId()]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
+	}
+	if at != v.AccessType {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s is a %s volume, the capability asks for %s", v.ID, v.AccessType, at)
+	}
+	if d.cfg.EnableAttach && (v.Attachment == nil || v.Attachment.NodeID != d.cfg.NodeID) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not ControllerPublished to node %q", v.ID, d.cfg.NodeID)
+	}
+	if p := d.st.Publications[target]; p != nil {
+		if p.VolumeID != v.ID || p.ReadOnly != readOnly || p.AccessMode != mode.String() {
+			return nil, status.Errorf(codes.AlreadyExists, "target %s already holds volume %s (readonly=%t, %s)", target, p.VolumeID, p.ReadOnly, p.AccessMode)
+		}
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	for _, p := range d.st.Publications {
+		if p.VolumeID != v.ID {
+			continue
+		}
+		if mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
+			p.AccessMode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String() {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published at %s and SINGLE_NODE_SINGLE_WRITER allows only one target", v.ID, p.TargetPath)
+		}
+	}
+	if err := d.backend.Publish(v, target, readOnly); err != nil {
+		switch {
+		case errors.Is(err, backend.ErrMountNotPermitted):
+			return nil, status.Errorf(codes.FailedPrecondition, "publish volume %s: %v", v.ID, err)
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, status.Errorf(codes.FailedPrecondition, "publish volume %s: the parent directory of %s must exist: %v", v.ID, target, err)
+		default:
+			return nil, status.Errorf(codes.Internal, "publish volume %s: %v", v.ID, err)
+		}
+	}
+	d.st.Publications[target] = &state.Publication{TargetPath: target, VolumeID: v.ID, ReadOnly: readOnly, AccessMode: mode.String()}
+	if err := d.saveLocked(); err != nil {
+		delete(d.st.Publications, target)
+		_ = d.backend.Unpublish(v, target)
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Published volume", "volumeID", v.ID, "target", target, "readOnly", readOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume undoes NodePublishVolume and removes target_path.
+// It is idempotent: a target this driver did not publish is success.
+func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if req.GetTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	target := req.GetTargetPath()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.st.Publications[target]
+	if p == nil {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
+	if p.VolumeID != req.GetVolumeId() {
+		return nil, status.Errorf(codes.FailedPrecondition, "target %s holds volume %s, not %s", target, p.VolumeID, req.GetVolumeId())
+	}
+	// The volume record may be gone only if state was edited by hand;
+	// Unpublish then still unmounts and removes the target.
+	v := d.st.Volumes[p.VolumeID]
+	if v == nil {
+		v = &state.Volume{ID: p.VolumeID}
+	}
+	if err := d.backend.Unpublish(v, target); err != nil {
+		code := codes.Internal
+		if errors.Is(err, backend.ErrMountNotPermitted) {
+			code = codes.FailedPrecondition
+		}
+		return nil, status.Errorf(code, "unpublish volume %s from %s: %v", p.VolumeID, target, err)
+	}
+	delete(d.st.Publications, target)
+	if err := d.saveLocked(); err != nil {
+		// The target is unmounted and gone; keeping the record makes a
+		// retry unpublish (idempotently) and save again.
+		d.st.Publications[target] = p
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Unpublished volume", "volumeID", p.VolumeID, "target", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}

@@ -1,0 +1,225 @@
+// Package state holds what the hostpath example driver remembers about its
+// volumes, snapshots and publications, and writes it to disk so that an
+// acknowledged change survives a crash.
+//
+// The types are plain data. They carry no locks: the driver guards a State
+// with its own mutex, and Save and Load are called with that mutex held.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// FormatVersion is the version of the JSON document that Save writes.
+// Load refuses any other version rather than guess.
+const FormatVersion = 1
+
+// AccessType is how a volume is presented to a workload.
+type AccessType string
+
+const (
+	// Mount volumes are directories, bind-mounted onto a target directory.
+	Mount AccessType = "mount"
+	// Block volumes are sparse files, bind-mounted onto a target file.
+	Block AccessType = "block"
+)
+
+// Volume is one provisioned volume.
+type Volume struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name"`
+	CapacityBytes int64             `json:"capacityBytes"`
+	AccessType    AccessType        `json:"accessType"`
+	Parameters    map[string]string `json:"parameters,omitempty"`
+	// Source is the content source the volume was created from, nil for an
+	// empty volume.
+	Source *Source `json:"source,omitempty"`
+	// SecretKeys are the sorted names (never the values) of the secrets
+	// that CreateVolume received. Tests read them to check that the
+	// provisioner passed the secrets a StorageClass asked for.
+	SecretKeys []string `json:"secretKeys,omitempty"`
+	// Attachment is set while the volume is ControllerPublished.
+	Attachment *Attachment `json:"attachment,omitempty"`
+	CreatedAt  time.Time   `json:"createdAt"`
+}
+
+// Source names the volume or the snapshot that a volume was filled from.
+// Exactly one field is set.
+type Source struct {
+	VolumeID   string `json:"volumeID,omitempty"`
+	SnapshotID string `json:"snapshotID,omitempty"`
+}
+
+// Attachment records a ControllerPublishVolume.
+type Attachment struct {
+	NodeID   string `json:"nodeID"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+// Snapshot is a point-in-time copy of a volume. It does not depend on its
+// source volume: the source may be deleted while the snapshot lives on.
+type Snapshot struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	SourceVolumeID string            `json:"sourceVolumeID"`
+	SizeBytes      int64             `json:"sizeBytes"`
+	AccessType     AccessType        `json:"accessType"`
+	Parameters     map[string]string `json:"parameters,omitempty"`
+	CreatedAt      time.Time         `json:"createdAt"`
+}
+
+// Publication records a NodePublishVolume at one target path.
+type Publication struct {
+	TargetPath string `json:"targetPath"`
+	VolumeID   string `json:"volumeID"`
+	ReadOnly   bool   `json:"readOnly,omitempty"`
+	// AccessMode is the CSI access mode name, e.g. SINGLE_NODE_WRITER.
+	AccessMode string `json:"accessMode"`
+}
+
+// State is everything the driver remembers. The maps are keyed by volume
+// ID, snapshot ID and target path.
+type State struct {
+	Version      int                     `json:"version"`
+	Volumes      map[string]*Volume      `json:"volumes"`
+	Snapshots    map[string]*Snapshot    `json:"snapshots"`
+	Publications map[string]*Publication `json:"publications"`
+}
+
+// New returns an empty State.
+func New() *State {
+	return &State{
+		Version:      FormatVersion,
+		Volumes:      map[string]*Volume{},
+		Snapshots:    map[string]*Snapshot{},
+		Publications: map[string]*Publication{},
+	}
+}
+
+// Load reads the State that Save wrote to path. A missing file is not an
+// error: it returns an empty State, as on the driver's first start.
+func Load(path string) (*State, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return New(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	s := New()
+	if err := json.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("parse state %s: %w", path, err)
+	}
+	if s.Version != FormatVersion {
+		return nil, fmt.Errorf("state %s has format version %d, this driver reads version %d", path, s.Version, FormatVersion)
+	}
+	// A document written by hand may lack a map; never hand out nil maps.
+	if s.Volumes == nil {
+		s.Volumes = map[string]*Volume{}
+	}
+	if s.Snapshots == nil {
+		s.Snapshots = map[string]*Snapshot{}
+	}
+	if s.Publications == nil {
+		s.Publications = map[string]*Publication{}
+	}
+	return s, nil
+}
+
+// Save writes s to path atomically and durably: when Save returns nil, a
+// crash or SIGKILL at any later moment leaves either this State or a newer
+// one on disk, never a torn file and never an older one.
+//
+// It writes a temporary file in the same directory, fsyncs it, renames it
+// over path and fsyncs the directory so that the rename itself is on disk.
+// On error the previous file is left in place (a stray temporary file may
+// remain; Load ignores it and CleanTemp removes it).
+func Save(path string, s *State) error {
+	s.Version = FormatVersion
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	return WriteFileAtomic(path, data, 0o600)
+}
+
+// tempPattern names the temporary files of WriteFileAtomic.
+const tempPattern = ".tmp-*"
+
+// WriteFileAtomic replaces path with data so that readers and crashes see
+// either the old or the new content, never a mix. See Save.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, base+tempPattern)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp.Name(), err)
+	}
+	return syncDir(dir)
+}
+
+// CleanTemp removes the temporary files that an interrupted
+// WriteFileAtomic(path, ...) may have left behind.
+func CleanTemp(path string) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list temporary files of %s: %w", path, err)
+	}
+	prefix := base + strings.TrimSuffix(tempPattern, "*")
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove temporary file: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that a rename or unlink in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
