@@ -1,0 +1,154 @@
+// Package events reports each cause of a Kubernetes event once.
+//
+// Controllers retry: a claim that cannot be provisioned is synced again and
+// again, and a plain [record.EventRecorder] would post the same Warning on
+// every attempt. [Deduplicator] wraps a recorder and forwards an event for an
+// object only when its (type, reason, message) differs from the last event it
+// forwarded for that object. It is shared by the binder and the provisioner.
+package events
+
+import (
+	"container/list"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+)
+
+// DefaultMaxObjects is the number of objects whose last event a
+// [Deduplicator] remembers when it is given no positive limit.
+const DefaultMaxObjects = 10000
+
+// Deduplicator is a [record.EventRecorder] that drops an event when it repeats
+// the last event recorded for the same object.
+//
+// Objects are identified by their UID (an [corev1.ObjectReference] by its
+// UID field); an object without a UID is identified by its Go type,
+// namespace and name. Memory is bounded: beyond the configured number of
+// objects, the least recently used entry is forgotten, so at worst an old
+// cause is reported a second time. Call [Deduplicator.Forget] when an object
+// is deleted or reaches a state in which its earlier events no longer apply
+// (a claim that got bound), so that a later repetition of the same cause is
+// reported again.
+//
+// It is safe for concurrent use. Two goroutines recording the same event for
+// the same object at the same moment forward it once.
+type Deduplicator struct {
+	next record.EventRecorder
+	max  int
+
+	mu    sync.Mutex
+	order *list.List               // of *entry, most recently used first
+	byKey map[string]*list.Element // key → element in order
+}
+
+type entry struct {
+	key                        string
+	eventtype, reason, message string
+}
+
+var _ record.EventRecorder = (*Deduplicator)(nil)
+
+// NewDeduplicator returns a recorder that forwards to next the events that
+// differ from the last one forwarded for the same object, remembering at
+// most maxObjects objects (DefaultMaxObjects when maxObjects <= 0).
+func NewDeduplicator(next record.EventRecorder, maxObjects int) *Deduplicator {
+	if maxObjects <= 0 {
+		maxObjects = DefaultMaxObjects
+	}
+	return &Deduplicator{
+		next:  next,
+		max:   maxObjects,
+		order: list.New(),
+		byKey: make(map[string]*list.Element),
+	}
+}
+
+// Event forwards the event unless it repeats the last one for object.
+func (d *Deduplicator) Event(object runtime.Object, eventtype, reason, message string) {
+	if d.admit(object, eventtype, reason, message) {
+		d.next.Event(object, eventtype, reason, message)
+	}
+}
+
+// Eventf formats the message and then behaves like [Deduplicator.Event].
+func (d *Deduplicator) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	d.Event(object, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+// AnnotatedEventf formats the message and forwards the event with its
+// annotations unless it repeats the last one for object. Annotations are not
+// part of the comparison.
+func (d *Deduplicator) AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...interface{}) {
+	message := fmt.Sprintf(messageFmt, args...)
+	if d.admit(object, eventtype, reason, message) {
+		d.next.AnnotatedEventf(object, annotations, eventtype, reason, "%s", message)
+	}
+}
+
+// Forget drops what is remembered about the object with this UID.
+func (d *Deduplicator) Forget(uid types.UID) {
+	if uid == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if el, ok := d.byKey[string(uid)]; ok {
+		d.order.Remove(el)
+		delete(d.byKey, string(uid))
+	}
+}
+
+// Len returns the number of objects currently remembered.
+func (d *Deduplicator) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.order.Len()
+}
+
+// admit records the event as the last one for object and reports whether it
+// differs from the previous last one.
+func (d *Deduplicator) admit(object runtime.Object, eventtype, reason, message string) bool {
+	key := objectKey(object)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if el, ok := d.byKey[key]; ok {
+		e := el.Value.(*entry)
+		d.order.MoveToFront(el)
+		if e.eventtype == eventtype && e.reason == reason && e.message == message {
+			return false
+		}
+		e.eventtype, e.reason, e.message = eventtype, reason, message
+		return true
+	}
+	d.byKey[key] = d.order.PushFront(&entry{key: key, eventtype: eventtype, reason: reason, message: message})
+	for d.order.Len() > d.max {
+		oldest := d.order.Back()
+		d.order.Remove(oldest)
+		delete(d.byKey, oldest.Value.(*entry).key)
+	}
+	return true
+}
+
+// objectKey identifies object: its UID, or its type, namespace and name when
+// it has no UID.
+func objectKey(object runtime.Object) string {
+	if ref, ok := object.(*corev1.ObjectReference); ok {
+		if ref.UID != "" {
+			return string(ref.UID)
+		}
+		return fmt.Sprintf("%s/%s/%s", ref.Kind, ref.Namespace, ref.Name)
+	}
+	m, err := meta.Accessor(object)
+	if err != nil {
+		return fmt.Sprintf("%T", object)
+	}
+	if m.GetUID() != "" {
+		return string(m.GetUID())
+	}
+	return fmt.Sprintf("%T/%s/%s", object, m.GetNamespace(), m.GetName())
+}

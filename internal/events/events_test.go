@@ -1,0 +1,159 @@
+package events
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+)
+
+// recorder records what reaches it.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+var _ record.EventRecorder = (*recorder)(nil)
+
+func (r *recorder) Event(object runtime.Object, eventtype, reason, message string) {
+	m, _ := metaName(object)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf("%s %s %s %s", m, eventtype, reason, message))
+}
+
+func (r *recorder) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	r.Event(object, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+func (r *recorder) AnnotatedEventf(object runtime.Object, _ map[string]string, eventtype, reason, messageFmt string, args ...interface{}) {
+	r.Event(object, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+func metaName(object runtime.Object) (string, bool) {
+	switch o := object.(type) {
+	case *corev1.PersistentVolumeClaim:
+		return o.Name, true
+	case *corev1.ObjectReference:
+		return o.Name, true
+	}
+	return "?", false
+}
+
+func claim(name, uid string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
+}
+
+type step struct {
+	forget  string // UID to forget before recording, if any
+	obj     runtime.Object
+	typ     string
+	reason  string
+	message string
+	want    bool // forwarded
+}
+
+func TestDeduplicator(t *testing.T) {
+	a, b := claim("a", "uid-a"), claim("b", "uid-b")
+	aRecreated := claim("a", "uid-a2")
+	noUID := claim("n", "")
+	tests := []struct {
+		name  string
+		max   int
+		steps []step
+	}{
+		{name: "first event is forwarded, repeat is dropped", steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "m"},
+			{obj: a, typ: "Normal", reason: "R", message: "m"},
+		}},
+		{name: "a different message, reason or type is forwarded", steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "m2", want: true},
+			{obj: a, typ: "Normal", reason: "R2", message: "m2", want: true},
+			{obj: a, typ: "Warning", reason: "R2", message: "m2", want: true},
+			{obj: a, typ: "Warning", reason: "R2", message: "m2"},
+		}},
+		{name: "only the last event counts (A B A is three events)", steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "1", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "2", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "1", want: true},
+		}},
+		{name: "objects are independent, by UID", steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: aRecreated, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "m"},
+		}},
+		{name: "forget makes the same event new again", steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{forget: "uid-a", obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{forget: "uid-b", obj: a, typ: "Normal", reason: "R", message: "m"},
+		}},
+		{name: "an object without UID is keyed by name", steps: []step{
+			{obj: noUID, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: noUID, typ: "Normal", reason: "R", message: "m"},
+		}},
+		{name: "object references are keyed by their UID", steps: []step{
+			{obj: &corev1.ObjectReference{Name: "a", UID: "uid-a"}, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "m"},
+		}},
+		{name: "bounded: the least recently used object is forgotten", max: 2, steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: a, typ: "Normal", reason: "R", message: "m"},                      // a is now the most recent
+			{obj: aRecreated, typ: "Normal", reason: "R", message: "m", want: true}, // evicts b
+			{obj: a, typ: "Normal", reason: "R", message: "m"},
+			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := &recorder{}
+			d := NewDeduplicator(next, tt.max)
+			for i, s := range tt.steps {
+				if s.forget != "" {
+					d.Forget(types.UID(s.forget))
+				}
+				before := len(next.events)
+				// Alternate the three entry points; they share one memory.
+				switch i % 3 {
+				case 0:
+					d.Event(s.obj, s.typ, s.reason, s.message)
+				case 1:
+					d.Eventf(s.obj, s.typ, s.reason, "%s", s.message)
+				default:
+					d.AnnotatedEventf(s.obj, map[string]string{"k": "v"}, s.typ, s.reason, "%s", s.message)
+				}
+				if got := len(next.events) > before; got != s.want {
+					t.Errorf("step %d (%s %s %q): forwarded = %v, want %v", i, s.typ, s.reason, s.message, got, s.want)
+				}
+			}
+			if tt.max > 0 && d.Len() > tt.max {
+				t.Errorf("remembers %d objects, limit %d", d.Len(), tt.max)
+			}
+		})
+	}
+}
+
+func TestDeduplicatorConcurrent(t *testing.T) {
+	next := &recorder{}
+	d := NewDeduplicator(next, 0)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for j := range 100 {
+				d.Event(claim("c", fmt.Sprintf("uid-%d", j%10)), "Normal", "R", "same")
+			}
+		})
+	}
+	wg.Wait()
+	if len(next.events) != 10 {
+		t.Errorf("forwarded %d events, want one per object (10)", len(next.events))
+	}
+}

@@ -1,0 +1,257 @@
+package binder
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// syncClaim brings one claim, "namespace/name", towards Bound. It is
+// idempotent; an error means "retry later" and leaves a state the next sync
+// continues from.
+func (b *Binder) syncClaim(ctx context.Context, key string) (result, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Dropping malformed claim key")
+		return result{}, nil
+	}
+	claim := b.getClaim(namespace, name)
+	if claim == nil {
+		klog.FromContext(ctx).V(4).Info("Claim is gone")
+		return result{}, nil
+	}
+	// Only the presence of bind-completed counts, not its value.
+	if !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
+		if claim.Spec.VolumeName == "" {
+			return b.syncPendingClaim(ctx, claim)
+		}
+		return result{}, b.syncPreboundClaim(ctx, claim)
+	}
+	return result{}, b.syncBoundClaim(ctx, claim)
+}
+
+// syncPendingClaim handles a claim that has neither bind-completed nor
+// spec.volumeName (reference §1.1 A): bind it to a matching static volume,
+// hand it to this driver's provisioner, or report why it waits.
+func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) (result, error) {
+	logger := klog.FromContext(ctx)
+	className := storagehelpers.GetPersistentVolumeClaimClass(claim)
+	class := b.classOf(claim)
+	ours := class != nil && class.Provisioner == b.driver
+
+	// Delayed binding comes from the class alone (only this driver's
+	// classes matter: for another provisioner's class only volumes pre-bound
+	// to the claim are candidates). A claim with a selected node is to be
+	// provisioned: it never takes an unbound static volume (seed bug 1),
+	// only one pre-bound to it.
+	delay := false
+	if ours {
+		var err error
+		if delay, err = storagehelpers.IsDelayBindingMode(claim, b.scLister); err != nil {
+			return result{}, fmt.Errorf("sync claim %s: %w", claimKey(claim), err)
+		}
+	}
+	selected := storagehelpers.IsDelayBindingProvisioning(claim)
+
+	// Candidates: volumes in scope pre-bound to the claim and, unless the
+	// class belongs to another provisioner, unbound volumes of the class.
+	candidates := func() []*corev1.PersistentVolume {
+		pvs := b.volumesReferencing(claim)
+		if class == nil || ours {
+			pvs = append(pvs, b.unboundVolumesOfClass(className)...)
+		}
+		return pvs
+	}
+	pv, err := b.matchAndReserve(ctx, claim, candidates, delay || selected)
+	if err != nil {
+		return result{}, err
+	}
+	if pv != nil {
+		return result{}, b.bind(ctx, pv, claim)
+	}
+
+	switch {
+	case ours && delay && !selected:
+		b.reportWaitForConsumer(claim)
+		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return result{}, err
+	case ours:
+		return b.handToProvisioner(ctx, claim, class)
+	case className != "" && class == nil:
+		// Nobody can provision it and nothing static matches: say so once.
+		b.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className))
+		return result{}, nil
+	case className == "" && len(b.volumesReferencing(claim)) > 0:
+		// In scope through a volume pre-bound to it that does not fit.
+		b.recorder.Event(claim, corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass)
+		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return result{}, err
+	default:
+		logger.V(5).Info("Claim is not in scope", "class", className)
+		return result{}, nil
+	}
+}
+
+// handToProvisioner sets the storage-provisioner annotations (both keys) to
+// the driver, with the in-flight finalizer in the same write when the
+// provisioning check passes. A claim that stays unbound longer than the
+// provisioning grace gets one ExternalProvisioning event.
+func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (result, error) {
+	logger := klog.FromContext(ctx)
+	if claim.DeletionTimestamp != nil {
+		logger.V(4).Info("Claim is being deleted, not handing it to the provisioner")
+		return result{}, nil
+	}
+	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != b.driver ||
+		claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != b.driver {
+		clone := claim.DeepCopy()
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnStorageProvisioner, b.driver)
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, b.driver)
+		why := "hand to provisioner"
+		if err := b.checkProvision(ctx, claim, class); err != nil {
+			logger.V(2).Info("Handing the claim to the provisioner without the in-flight finalizer", "pvc", klog.KObj(claim), "reason", err.Error())
+		} else if inflight.Add(clone) {
+			why += " with in-flight finalizer"
+		}
+		updated, err := b.updateClaim(ctx, clone, why)
+		if err != nil {
+			return result{}, err
+		}
+		claim = updated
+	}
+	age := b.cfg.clock.Since(claim.CreationTimestamp.Time)
+	if age < b.cfg.grace {
+		return result{requeueAfter: b.cfg.grace - age}, nil
+	}
+	b.recorder.Event(claim, corev1.EventTypeNormal, reasonExternalProvisioning, fmt.Sprintf(msgExternalProvisioning, b.driver))
+	return result{}, nil
+}
+
+func (b *Binder) checkProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {
+	if b.cfg.checker == nil {
+		return nil
+	}
+	return b.cfg.checker.CheckProvision(ctx, claim, class)
+}
+
+// reportWaitForConsumer reports why a delayed-binding claim waits: for a pod
+// to be scheduled, or for a first pod at all.
+func (b *Binder) reportWaitForConsumer(claim *corev1.PersistentVolumeClaim) {
+	pods := b.unscheduledPods(claim)
+	switch len(pods) {
+	case 0:
+		b.recorder.Event(claim, corev1.EventTypeNormal, reasonWaitForFirstConsumer, msgWaitForFirstConsumer)
+	case 1:
+		b.recorder.Event(claim, corev1.EventTypeNormal, reasonWaitForPodScheduled, fmt.Sprintf(msgWaitForPod, pods[0]))
+	default:
+		b.recorder.Event(claim, corev1.EventTypeNormal, reasonWaitForPodScheduled, fmt.Sprintf(msgWaitForPods, strings.Join(pods, ",")))
+	}
+}
+
+// syncPreboundClaim handles a claim with spec.volumeName but without
+// bind-completed (reference §1.1 B): the user pre-bound it, or a binding
+// stopped after its third write.
+func (b *Binder) syncPreboundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	logger := klog.FromContext(ctx)
+	pv := b.getVolume(claim.Spec.VolumeName)
+	if pv == nil {
+		if !b.classIsOurs(claim) {
+			return nil
+		}
+		logger.V(4).Info("Requested volume does not exist yet", "pv", claim.Spec.VolumeName)
+		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return err
+	}
+	if !b.volumeInScope(pv) {
+		logger.V(5).Info("Requested volume is not in scope", "pv", klog.KObj(pv))
+		return nil
+	}
+	switch {
+	case pv.Spec.ClaimRef == nil:
+		if err := checkVolumeSatisfyClaim(pv, claim); err != nil {
+			b.recorder.Event(claim, corev1.EventTypeWarning, reasonVolumeMismatch, fmt.Sprintf(msgCannotBindRequested, pv.Name, err))
+			_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+			return err
+		}
+		return b.bind(ctx, pv, claim)
+	case storagehelpers.IsVolumeBoundToClaim(pv, claim):
+		return b.bind(ctx, pv, claim)
+	case !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBoundByController):
+		// The user asked for a volume someone else has: wait.
+		b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
+		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return err
+	default:
+		// A binder set volumeName to a volume claimed by another claim.
+		b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
+		return fmt.Errorf("invalid binding of claim %s to volume %s: volume already claimed by %s",
+			claimKey(claim), pv.Name, claimRefKey(pv.Spec.ClaimRef))
+	}
+}
+
+// syncBoundClaim handles a claim with bind-completed (reference §1.2).
+func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	if claim.Spec.VolumeName == "" {
+		if !b.classIsOurs(claim) {
+			return nil
+		}
+		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimLost, msgClaimLostReference)
+	}
+	pv := b.getVolume(claim.Spec.VolumeName)
+	if pv == nil {
+		if !b.classIsOurs(claim) {
+			return nil
+		}
+		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimLost, msgClaimLostVolume)
+	}
+	if !b.volumeInScope(pv) {
+		return nil
+	}
+	switch {
+	case pv.Spec.ClaimRef == nil:
+		// Re-bind; the selector is not checked (3-3, 3-7).
+		return b.bind(ctx, pv, claim)
+	case pv.Spec.ClaimRef.UID == claim.UID:
+		// Mostly nothing to do; fills in missing phases (3-5).
+		return b.bind(ctx, pv, claim)
+	default:
+		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimMisbound, msgClaimMisbound)
+	}
+}
+
+// checkVolumeSatisfyClaim checks a volume requested by spec.volumeName
+// against the claim. Selector, node affinity and phase are not checked, as
+// upstream does not check them for a pre-bound claim.
+func checkVolumeSatisfyClaim(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) error {
+	if pv.DeletionTimestamp != nil {
+		return fmt.Errorf("the volume is marked for deletion %q", pv.Name)
+	}
+	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	capacity := pv.Spec.Capacity[corev1.ResourceStorage]
+	if capacity.Value() < request.Value() {
+		return fmt.Errorf("requested PV is too small")
+	}
+	if storagehelpers.GetPersistentVolumeClass(pv) != storagehelpers.GetPersistentVolumeClaimClass(claim) {
+		return fmt.Errorf("storageClassName does not match")
+	}
+	if ptr.Deref(claim.Spec.VolumeAttributesClassName, "") != ptr.Deref(pv.Spec.VolumeAttributesClassName, "") {
+		return fmt.Errorf("volumeAttributesClassName does not match")
+	}
+	if storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
+		return fmt.Errorf("incompatible volumeMode")
+	}
+	if !storagehelpers.CheckAccessModes(claim, pv) {
+		return fmt.Errorf("incompatible accessMode")
+	}
+	return nil
+}

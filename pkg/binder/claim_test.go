@@ -1,0 +1,729 @@
+package binder
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+const (
+	annBindCompleted   = "pv.kubernetes.io/bind-completed"
+	annBoundByCtrl     = "pv.kubernetes.io/bound-by-controller"
+	annProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annBetaProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+	annSelectedNode    = "volume.kubernetes.io/selected-node"
+	annProvisionedBy   = "pv.kubernetes.io/provisioned-by"
+	pvFinalizer        = "external-provisioner.volume.kubernetes.io/finalizer"
+)
+
+// handedOver returns claim as the binder leaves it when it hands it to the
+// provisioner.
+func handedOver(claim *corev1.PersistentVolumeClaim, finalizer bool) *corev1.PersistentVolumeClaim {
+	claim = claim.DeepCopy()
+	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, annProvisioner, driver)
+	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, annBetaProvisioner, driver)
+	if finalizer {
+		inflight.Add(claim)
+	}
+	return claim
+}
+
+// pendingStatus returns claim with a reset Pending status.
+func pendingStatus(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	claim = claim.DeepCopy()
+	claim.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}
+	return claim
+}
+
+func lost(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	claim = claim.DeepCopy()
+	claim.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimLost}
+	return claim
+}
+
+// boundPair returns a claim and volume bound the way bind leaves them.
+func boundPair(claim *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	return boundClaim(claim, pv, true), boundVolume(pv, claim, true)
+}
+
+// Writes of a complete binding.
+var bindActions = []string{"update pv/pv1", "status pv/pv1", "update pvc/c1", "status pvc/c1"}
+
+// checker is a hand-written ProvisionChecker.
+type checker struct {
+	err   error
+	calls int
+}
+
+var _ ProvisionChecker = (*checker)(nil)
+
+func (c *checker) CheckProvision(context.Context, *corev1.PersistentVolumeClaim, *storagev1.StorageClass) error {
+	c.calls++
+	return c.err
+}
+
+func TestSyncPendingClaim(t *testing.T) {
+	c1 := claimB("c1").Class("fast").Obj()
+	pv1 := volumeB("pv1").Class("fast").Obj()
+	boundC1, boundPV1 := boundPair(c1, pv1)
+
+	small := volumeB("pv1").Class("fast").Obj()
+	big := volumeB("pv-big").Class("fast").Size("10Gi").Obj()
+	mid := volumeB("pv-mid").Class("fast").Size("5Gi").Obj()
+
+	manyModes := volumeB("pv-many").Class("fast").AccessModes(corev1.ReadWriteOnce, corev1.ReadOnlyMany, corev1.ReadWriteMany).Obj()
+	oneModeBig := volumeB("pv1").Class("fast").Size("10Gi").Obj()
+
+	byName := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Obj()
+	byUID := volumeB("pv1").Class("fast").BoundTo(c1).Obj()
+	toOther := volumeB("pv1").Class("fast").ClaimRef(ns, "other", "").Obj()
+
+	reserved := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Obj()
+	reservedBound := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeBound).Obj()
+
+	sel := claimB("c1").Class("fast").Selector(map[string]string{"tier": "gold"}).Obj()
+	labelled := volumeB("pv1").Class("fast").Label("tier", "gold").Obj()
+
+	cWait := claimB("c1").Class("wait").Obj()
+	pvWait := volumeB("pv1").Class("wait").Obj()
+	cWaitSelected := claimB("c1").Class("wait").Annotation(annSelectedNode, "node-1").Obj()
+	cFastSelected := claimB("c1").Class("fast").Annotation(annSelectedNode, "node-1").Obj()
+	pvWaitPrebound := volumeB("pv1").Class("wait").BoundTo(c1).Obj()
+
+	ephemeralPod := testutil.NewPod(ns, "p3", "")
+	ephemeralPod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
+	cEphemeral := claimB("p3-data").Class("wait").Obj()
+	finishedPod := testutil.NewPod(ns, "done", "", "c1")
+	finishedPod.Status.Phase = corev1.PodSucceeded
+
+	// The dynamic path: the provisioner created pv1 for the annotated claim.
+	cAnnotated := handedOver(claimB("c1").Class("fast").Obj(), true)
+	provisioned := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annProvisionedBy, driver).
+		Finalizers(pvFinalizer).Phase(corev1.VolumePending).Obj()
+
+	cOld := claimB("c1").Class("fast").Created(now.Add(-time.Hour)).Obj()
+	cOldAnnotated := handedOver(cOld, true)
+	cDeleting := claimB("c1").Class("fast").Deleted().Finalizers("kubernetes.io/pvc-protection").Obj()
+
+	cGhost := claimB("c1").Class("ghost").Obj()
+	pvGhost := volumeB("pv1").Class("ghost").Obj()
+	cNoClass := claimB("c1").Class("").Obj()
+	pvNoClass := volumeB("pv1").Obj()
+	cNoClassBound := claimB("c1").Class("").Phase(corev1.ClaimBound).AccessModes(corev1.ReadWriteOnce).Obj()
+	cNoClassBound.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	tooSmallPrebound := volumeB("pv1").Size("100Mi").BoundTo(c1).Obj()
+	cOtherClass := claimB("c1").Class("other").Obj()
+	pvOtherClass := volumeB("pv1").Class("other").Obj()
+	pvOtherDriver := testutil.NewPV("pv1", otherDriver).UID("uid-pv1").Obj()
+	pvNotCSI := volumeB("pv1").NotCSI().Obj()
+	pvAnnotatedOnly := volumeB("pv1").NotCSI().Annotation(annProvisionedBy, driver).Obj()
+	noMode := testutil.NewSC("fast", driver).NoBindingMode().Obj()
+	badSelector := claimB("c1").Class("fast").Obj()
+	badSelector.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Sometimes"}}}
+
+	cases := []syncCase{
+		{
+			name:    "1-1 successful bind",
+			objects: objs(classFast(), c1, pv1),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundC1},
+			volumes: []*corev1.PersistentVolume{boundPV1},
+			actions: bindActions,
+		},
+		{
+			name:    "1-4 smallest volume",
+			objects: objs(classFast(), c1, big, small, mid),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, small, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(small, c1, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "1-4-1 fewest extra access modes first, then smallest",
+			objects: objs(classFast(), c1, manyModes, oneModeBig),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, oneModeBig, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(oneModeBig, c1, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "1-5 pre-bound volume by name",
+			objects: objs(classFast(), c1, byName, big),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, byName, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(byName, c1, false)},
+			actions: bindActions,
+		},
+		{
+			name:    "1-6 pre-bound volume by UID: the volume needs no update",
+			objects: objs(classFast(), c1, byUID, big),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, byUID, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(byUID, c1, false)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:         "1-7 volume pre-bound to a different claim is not used",
+			objects:      objs(classFast(), c1, toOther),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "1-8 complete bind after crash: volume reserved",
+			objects: objs(classFast(), c1, reserved),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, reserved, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(reserved, c1, true)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:    "1-9 complete bind after crash: volume status saved",
+			objects: objs(classFast(), c1, reservedBound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, reservedBound, true)},
+			actions: []string{"update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:    "1-11 bind when the selector matches",
+			objects: objs(classFast(), sel, labelled),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(sel, labelled, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(labelled, sel, true)},
+			actions: bindActions,
+		},
+		{
+			name:         "1-12 no bind when the selector does not match: the claim goes to the provisioner",
+			objects:      objs(classFast(), sel, pv1),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(sel, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "1-13 delayed binding: an unbound volume is not used",
+			objects: objs(classWait(), cWait, pvWait),
+			sync:    "pvc/c1",
+			events:  []string{"pvc/c1 Normal WaitForFirstConsumer waiting for first consumer to be created before binding"},
+		},
+		{
+			name:    "1-13-1 delayed binding: waiting for a pod (terminated pods do not count)",
+			objects: objs(classWait(), cWait, testutil.NewPod(ns, "p1", "", "c1"), testutil.NewPod(ns, "running", "node-1", "c1"), finishedPod),
+			sync:    "pvc/c1",
+			events:  []string{"pvc/c1 Normal WaitForPodScheduled waiting for pod p1 to be scheduled"},
+		},
+		{
+			name:    "1-13-2 delayed binding: waiting for pods",
+			objects: objs(classWait(), cWait, testutil.NewPod(ns, "p2", "", "c1"), testutil.NewPod(ns, "p1", "", "c1")),
+			sync:    "pvc/c1",
+			events:  []string{"pvc/c1 Normal WaitForPodScheduled waiting for pods p1,p2 to be scheduled"},
+		},
+		{
+			name:    "1-13-3 delayed binding: generic ephemeral volume",
+			objects: objs(classWait(), cEphemeral, ephemeralPod),
+			sync:    "pvc/p3-data",
+			events:  []string{"pvc/p3-data Normal WaitForPodScheduled waiting for pod p3 to be scheduled"},
+		},
+		{
+			name:    "1-14 delayed binding: a pre-bound volume is bound",
+			objects: objs(classWait(), cWait, pvWaitPrebound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cWait, pvWaitPrebound, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvWaitPrebound, cWait, false)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:         "1-17 a volume that is not Available is not used",
+			objects:      objs(classFast(), c1, volumeB("pv1").Class("fast").Phase(corev1.VolumePending).Obj()),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "1-18 provisioned volume: bound, in-flight finalizer removed in the claim write, volume finalizer untouched",
+			objects: objs(classFast(), cAnnotated, provisioned),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cAnnotated, provisioned, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(provisioned, cAnnotated, false)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:         "seed bug 1 (11-23): a claim with a selected node is provisioned, not bound to a static volume",
+			objects:      objs(classWait(), cWaitSelected, pvWait),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(cWaitSelected, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "seed bug 1: the same with an Immediate class (selected by a node-local provisioner)",
+			objects:      objs(classFast(), cFastSelected, pv1),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(cFastSelected, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "seed bug 1: a claim with a selected node still binds a volume pre-bound to it",
+			objects: objs(classWait(), cWaitSelected, pvWaitPrebound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cWaitSelected, pvWaitPrebound, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvWaitPrebound, cWaitSelected, false)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:         "provision: both annotations and the in-flight finalizer in one write, no event",
+			objects:      objs(classFast(), c1),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "provision: a failing check gives the annotations without the finalizer",
+			objects:      objs(classFast(), c1),
+			opts:         []Option{WithProvisionCheck(&checker{err: errors.New("secret missing")})},
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, false)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "provision: a passing check gives the finalizer",
+			objects:      objs(classFast(), c1),
+			opts:         []Option{WithProvisionCheck(&checker{})},
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "provision: already handed over, within the grace: nothing",
+			objects:      objs(classFast(), handedOver(c1, true)),
+			sync:         "pvc/c1",
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "provision: still unbound after the grace: one ExternalProvisioning event",
+			objects: objs(classFast(), cOldAnnotated),
+			sync:    "pvc/c1",
+			events: []string{"pvc/c1 Normal ExternalProvisioning Waiting for a volume to be created either by the external provisioner 'csi.example.com' " +
+				"or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."},
+		},
+		{
+			name:    "provision: an old claim handed over now gets the annotations and the event",
+			objects: objs(classFast(), cOld),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{cOldAnnotated},
+			actions: []string{"update pvc/c1"},
+			events: []string{"pvc/c1 Normal ExternalProvisioning Waiting for a volume to be created either by the external provisioner 'csi.example.com' " +
+				"or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."},
+		},
+		{
+			name:    "provision: a claim being deleted is not handed over",
+			objects: objs(classFast(), cDeleting),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "11-14 class not found: ProvisioningFailed",
+			objects: objs(cGhost),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},
+		},
+		{
+			name:    "13-1 class not found but a static volume of that class in scope matches: bound",
+			objects: objs(cGhost, pvGhost),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cGhost, pvGhost, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvGhost, cGhost, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "13-2 binding without a class",
+			objects: objs(cNoClass, pvNoClass),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cNoClass, pvNoClass, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvNoClass, cNoClass, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "13-4 class \"\" and nothing matches: not in scope, silent",
+			objects: objs(cNoClass, pv1),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "1-3 class \"\", in scope through a pre-bound volume that does not fit: FailedBinding and reset to Pending",
+			objects: objs(cNoClassBound, tooSmallPrebound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{pendingStatus(cNoClassBound)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Normal FailedBinding no persistent volumes available for this claim and no storage class is set"},
+		},
+		{
+			name:    "scope: a claim of another provisioner's class is not bound to our volume of that class",
+			objects: objs(classOther(), cOtherClass, pvOtherClass),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "scope: a volume of another driver is never bound",
+			objects: objs(cNoClass, pvOtherDriver),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "scope: a volume of no CSI driver is never bound",
+			objects: objs(cNoClass, pvNotCSI),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "scope: a volume provisioned by the driver is in scope",
+			objects: objs(cNoClass, pvAnnotatedOnly),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cNoClass, pvAnnotatedOnly, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvAnnotatedOnly, cNoClass, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "an invalid selector is an error",
+			objects: objs(classFast(), badSelector, pv1),
+			sync:    "pvc/c1",
+			wantErr: true,
+		},
+		{
+			name:    "a class of another provisioner without binding mode is not our error",
+			objects: objs(testutil.NewSC("other", otherDriver).NoBindingMode().Obj(), cOtherClass),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "a class without binding mode is an error",
+			objects: objs(noMode, c1),
+			sync:    "pvc/c1",
+			wantErr: true,
+		},
+		{
+			name:    "the claim is gone",
+			objects: objs(classFast()),
+			sync:    "pvc/c1",
+		},
+	}
+	runSyncCases(t, cases)
+}
+
+func TestSyncPreboundClaim(t *testing.T) {
+	c1 := claimB("c1").Class("fast").VolumeName("pv1").Obj()
+	c1Bound := claimB("c1").Class("fast").VolumeName("pv1").Phase(corev1.ClaimBound).Obj()
+	c1Bound.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	pv1 := volumeB("pv1").Class("fast").Obj()
+	byName := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Obj()
+	byUID := volumeB("pv1").Class("fast").BoundTo(c1).Obj()
+	toOther := volumeB("pv1").Class("fast").ClaimRef(ns, "other", "uid-other").Obj()
+	c1ByCtrl := claimB("c1").Class("fast").VolumeName("pv1").Annotation(annBoundByCtrl, "yes").Obj()
+	c1Sel := claimB("c1").Class("fast").VolumeName("pv1").Selector(map[string]string{"tier": "gold"}).Obj()
+	cVAC := claimB("c1").Class("fast").VolumeName("pv1").VolumeAttributesClass("gold").Obj()
+	pvVAC := volumeB("pv1").Class("fast").VolumeAttributesClass("gold").Obj()
+	cOther := claimB("c1").Class("other").VolumeName("pv1").Obj()
+
+	mismatch := func(reason string) string {
+		return `pvc/c1 Warning VolumeMismatch Cannot bind to requested volume "pv1": ` + reason
+	}
+	cases := []syncCase{
+		{
+			name:    "2-1 claim pre-bound to a missing volume: nothing",
+			objects: objs(classFast(), c1),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "2-2 claim pre-bound to a missing volume: status reset to Pending",
+			objects: objs(classFast(), c1Bound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{pendingStatus(c1Bound)},
+			actions: []string{"status pvc/c1"},
+		},
+		{
+			name:    "2-2-1 claim of another provisioner pre-bound to a missing volume: out of scope",
+			objects: objs(classOther(), cOther),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "2-3 claim pre-bound to an unbound volume: the volume gets bound-by-controller, the claim only bind-completed",
+			objects: objs(classFast(), c1, pv1),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, pv1, false)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pv1, c1, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "2-4 claim pre-bound to a volume pre-bound by name",
+			objects: objs(classFast(), c1, byName),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, byName, false)},
+			volumes: []*corev1.PersistentVolume{boundVolume(byName, c1, false)},
+			actions: bindActions,
+		},
+		{
+			name:    "2-5 claim pre-bound to a volume pre-bound by UID",
+			objects: objs(classFast(), c1, byUID),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, byUID, false)},
+			volumes: []*corev1.PersistentVolume{boundVolume(byUID, c1, false)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:    "2-6 claim pre-bound by the user to a volume bound elsewhere: wait",
+			objects: objs(classFast(), c1, toOther),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
+			name:    "2-7 claim bound by a controller to a volume bound elsewhere: error",
+			objects: objs(classFast(), c1ByCtrl, toOther),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+			wantErr: true,
+		},
+		{
+			name:    "2-8 the selector is not checked for a pre-bound claim",
+			objects: objs(classFast(), c1Sel, pv1),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1Sel, pv1, false)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pv1, c1Sel, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "2-9 requested volume too small",
+			objects: objs(classFast(), c1, volumeB("pv1").Class("fast").Size("100Mi").Obj()),
+			sync:    "pvc/c1",
+			events:  []string{mismatch("requested PV is too small")},
+		},
+		{
+			name:    "2-10 requested volume of another class",
+			objects: objs(classFast(), c1, volumeB("pv1").Class("slow").Obj()),
+			sync:    "pvc/c1",
+			events:  []string{mismatch("storageClassName does not match")},
+		},
+		{
+			name:    "2-11 requested volume of another attributes class",
+			objects: objs(classFast(), c1, pvVAC),
+			sync:    "pvc/c1",
+			events:  []string{mismatch("volumeAttributesClassName does not match")},
+		},
+		{
+			name:    "2-12 requested volume of the same attributes class: current class set in the status",
+			objects: objs(classFast(), cVAC, pvVAC),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cVAC, pvVAC, false)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvVAC, cVAC, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "14-8 requested volume of another volume mode",
+			objects: objs(classFast(), c1, volumeB("pv1").Class("fast").Block().Obj()),
+			sync:    "pvc/c1",
+			events:  []string{mismatch("incompatible volumeMode")},
+		},
+		{
+			name:    "requested volume without the access mode",
+			objects: objs(classFast(), c1, volumeB("pv1").Class("fast").AccessModes(corev1.ReadOnlyMany).Obj()),
+			sync:    "pvc/c1",
+			events:  []string{mismatch("incompatible accessMode")},
+		},
+		{
+			name:    "requested volume being deleted",
+			objects: objs(classFast(), c1, volumeB("pv1").Class("fast").Deleted().Obj()),
+			sync:    "pvc/c1",
+			events:  []string{mismatch(`the volume is marked for deletion "pv1"`)},
+		},
+		{
+			name:    "mismatch on a claim that was Bound: status reset",
+			objects: objs(classFast(), c1Bound, volumeB("pv1").Class("fast").Size("100Mi").Obj()),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{pendingStatus(c1Bound)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{mismatch("requested PV is too small")},
+		},
+		{
+			name:    "scope: claim pre-bound to a volume of another driver",
+			objects: objs(classFast(), c1, testutil.NewPV("pv1", otherDriver).Class("fast").Obj()),
+			sync:    "pvc/c1",
+		},
+	}
+	runSyncCases(t, cases)
+}
+
+func TestSyncBoundClaim(t *testing.T) {
+	bound := func(volumeName string) *corev1.PersistentVolumeClaim {
+		return claimB("c1").Class("fast").VolumeName(volumeName).Annotation(annBindCompleted, "yes").
+			Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
+	}
+	c1 := bound("pv1")
+	c1.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	c1.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: testutil.NewPV("x", driver).Obj().Spec.Capacity[corev1.ResourceStorage]}
+	c1NoVolume := bound("")
+	c1Lost := bound("pv1")
+	c1Lost.Status.Phase = corev1.ClaimLost
+	c1Pending := bound("pv1")
+	c1Pending.Status.Phase = corev1.ClaimPending
+	c1Other := claimB("c1").Class("other").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	c1Finalizer := c1.DeepCopy()
+	inflight.Add(c1Finalizer)
+
+	pvBound := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeBound).Obj()
+	pvProvisioned := volumeB("pv1").Class("fast").BoundTo(c1).Annotation("pv.kubernetes.io/provisioned-by", driver).Phase(corev1.VolumeBound).Obj()
+	pvUnbound := volumeB("pv1").Class("fast").Phase(corev1.VolumeBound).Obj()
+	pvAvailable := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Obj()
+	pvOtherUID := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "uid-older").Phase(corev1.VolumeBound).Obj()
+	pvToOther := volumeB("pv1").Class("fast").ClaimRef(ns, "other", "uid-other").Phase(corev1.VolumeBound).Obj()
+	pvLabelled := volumeB("pv1").Class("fast").Label("tier", "bronze").Obj()
+	c1Sel := c1.DeepCopy()
+	c1Sel.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	pvPreResize := volumeB("pv1").Class("fast").Size("2Gi").Annotation(annPreResizeCapacity, "1Gi").BoundTo(c1).
+		Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeBound).Obj()
+	preResized := boundClaim(c1Pending, pvPreResize, true)
+	preResized.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: testutil.NewPV("x", driver).Size("1Gi").Obj().Spec.Capacity[corev1.ResourceStorage]}
+
+	cases := []syncCase{
+		{
+			name:    "3-1 bound claim without volumeName: Lost",
+			objects: objs(classFast(), c1NoVolume),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1NoVolume)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost reference to PersistentVolume. Data on the volume is lost!"},
+		},
+		{
+			name:    "3-1-1 already Lost: nothing, no event",
+			objects: objs(classFast(), lost(c1NoVolume)),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "3-2 bound claim whose volume is gone: Lost",
+			objects: objs(classFast(), c1),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"},
+		},
+		{
+			name:    "3-2-1 bound claim of another provisioner whose volume is gone: out of scope",
+			objects: objs(classOther(), c1Other),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "3-3 bound claim with an unbound volume: re-bound",
+			objects: objs(classFast(), c1, pvUnbound),
+			sync:    "pvc/c1",
+			volumes: []*corev1.PersistentVolume{boundVolume(pvUnbound, c1, true)},
+			actions: []string{"update pv/pv1"},
+		},
+		{
+			name:    "3-3-1 a Lost claim whose volume comes back unbound is re-bound",
+			objects: objs(classFast(), c1Lost, pvUnbound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1Lost, pvUnbound, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvUnbound, c1Lost, true)},
+			actions: []string{"update pv/pv1", "status pvc/c1"},
+		},
+		{
+			name:    "3-4 bound claim with a volume bound to another claim: Misbound",
+			objects: objs(classFast(), c1, pvToOther),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
+		},
+		{
+			name:    "3-5 bound claim with bound volume: phases filled in",
+			objects: objs(classFast(), c1Pending, pvAvailable),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1Pending, pvAvailable, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvAvailable, c1Pending, true)},
+			actions: []string{"status pv/pv1", "status pvc/c1"},
+		},
+		{
+			name:    "3-6 bound claim and a volume bound to an older claim of the same name: Misbound",
+			objects: objs(classFast(), c1, pvOtherUID),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
+		},
+		{
+			name:    "3-7 re-bind ignores the selector",
+			objects: objs(classFast(), c1Sel, pvLabelled),
+			sync:    "pvc/c1",
+			volumes: []*corev1.PersistentVolume{boundVolume(pvLabelled, c1Sel, true)},
+			actions: []string{"update pv/pv1", "status pv/pv1"},
+		},
+		{
+			name:    "3-8 settled binding: nothing",
+			objects: objs(classFast(), c1, pvBound),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "3-9 a claim bound to the volume provisioned for it loses the in-flight finalizer",
+			objects: objs(classFast(), c1Finalizer, pvProvisioned),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{c1},
+			actions: []string{"update pvc/c1"},
+		},
+		{
+			// A create may still be in flight: the provisioner's guard removes
+			// the finalizer once it has ended.
+			name:    "3-9-1 a claim bound to a static volume keeps the in-flight finalizer",
+			objects: objs(classFast(), c1Finalizer, pvBound),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{c1Finalizer},
+		},
+		{
+			name:    "5-2-3 capacity from the pre-resize annotation",
+			objects: objs(classFast(), c1Pending, pvPreResize),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{preResized},
+			actions: []string{"status pvc/c1"},
+		},
+		{
+			name:    "scope: bound to a volume of another driver",
+			objects: objs(classFast(), c1, testutil.NewPV("pv1", otherDriver).Class("fast").Obj()),
+			sync:    "pvc/c1",
+		},
+	}
+	runSyncCases(t, cases)
+}
+
+// TestEventsAreDeduplicated syncs claims that report something several
+// times: each cause is reported once.
+func TestEventsAreDeduplicated(t *testing.T) {
+	tests := []struct {
+		name    string
+		objects []runtime.Object
+		want    int
+	}{
+		{"ProvisioningFailed", objs(claimB("c1").Class("ghost").Obj()), 1},
+		{"WaitForFirstConsumer", objs(classWait(), claimB("c1").Class("wait").Obj()), 1},
+		{"ExternalProvisioning", objs(classFast(), handedOver(claimB("c1").Class("fast").Created(now.Add(-time.Hour)).Obj(), true)), 1},
+		{"VolumeMismatch", objs(classFast(), claimB("c1").Class("fast").VolumeName("pv1").Obj(), volumeB("pv1").Class("slow").Obj()), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.objects)
+			for range 5 {
+				if _, err := f.binder.syncClaim(f.ctx, ns+"/c1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.events.take(); len(got) != tt.want {
+				t.Errorf("events = %q, want %d", got, tt.want)
+			}
+		})
+	}
+}

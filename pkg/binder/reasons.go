@@ -1,0 +1,44 @@
+package binder
+
+// Event reasons and messages. Reasons and messages that upstream's
+// persistentvolume-binder also posts are spelled exactly as upstream, so that
+// tooling and documentation written for it keep working.
+const (
+	reasonFailedBinding              = "FailedBinding"
+	reasonVolumeMismatch             = "VolumeMismatch"
+	reasonWaitForFirstConsumer       = "WaitForFirstConsumer"
+	reasonWaitForPodScheduled        = "WaitForPodScheduled"
+	reasonExternalProvisioning       = "ExternalProvisioning"
+	reasonProvisioningFailed         = "ProvisioningFailed"
+	reasonClaimLost                  = "ClaimLost"
+	reasonClaimMisbound              = "ClaimMisbound"
+	reasonVolumeFailedRecycle        = "VolumeFailedRecycle"
+	reasonVolumeUnknownReclaimPolicy = "VolumeUnknownReclaimPolicy"
+
+	msgNoVolumeNoClass       = "no persistent volumes available for this claim and no storage class is set"
+	msgAlreadyBound          = "volume %q already bound to a different claim."
+	msgCannotBindRequested   = "Cannot bind to requested volume %q: %s"
+	msgVolumeModeMismatchPV  = "Cannot bind PersistentVolume to requested PersistentVolumeClaim %q due to incompatible volumeMode."
+	msgVolumeModeMismatchPVC = "Cannot bind PersistentVolume %q to requested PersistentVolumeClaim due to incompatible volumeMode."
+	msgWaitForFirstConsumer  = "waiting for first consumer to be created before binding"
+	msgWaitForPod            = "waiting for pod %s to be scheduled"
+	msgWaitForPods           = "waiting for pods %s to be scheduled"
+	msgExternalProvisioning  = "Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
+	msgClassNotFound         = "storageclass.storage.k8s.io %q not found"
+	msgClaimLostReference    = "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!"
+	msgClaimLostVolume       = "Bound claim has lost its PersistentVolume. Data on the volume is lost!"
+	msgClaimMisbound         = "Two claims are bound to the same volume, this one is bound incorrectly"
+	msgRecycleUnsupported    = "Recycle failed: recycling is not supported for CSI volumes; delete the volume or change its reclaim policy to Delete or Retain"
+	msgUnknownReclaimPolicy  = "Volume has unrecognized PersistentVolumeReclaimPolicy"
+)
+
+// Annotations the binder reads or writes that component-helpers does not
+// name.
+const (
+	// annPreResizeCapacity on a volume holds the claim capacity to report
+	// while a resize is pending (written by external-resizer).
+	annPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
+	// annBoundByControllerValue is the value written for bound-by-controller
+	// and bind-completed; only their presence matters.
+	annBoundByControllerValue = "yes"
+)

@@ -1,0 +1,141 @@
+package binder
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+)
+
+// Scope. The binder writes only objects in its scope:
+//
+//   - a volume is in scope when spec.csi.driver is the driver, or its
+//     pv.kubernetes.io/provisioned-by annotation names the driver;
+//   - a claim is in scope when its StorageClass's provisioner is the driver,
+//     when its spec.volumeName names a volume in scope, when a volume in
+//     scope is pre-bound to it (claimRef), or, for a claim without a class
+//     object (class "" or a class that does not exist), when it matches a
+//     static volume in scope.
+//
+// The one exception is the ProvisioningFailed event on a claim whose class
+// does not exist: nobody else would report it.
+
+// volumeInScope reports whether pv belongs to the driver.
+func (b *Binder) volumeInScope(pv *corev1.PersistentVolume) bool {
+	if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == b.driver {
+		return true
+	}
+	return pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == b.driver
+}
+
+// classOf returns the claim's class object, or nil when the claim has class
+// "" or its class does not exist.
+func (b *Binder) classOf(claim *corev1.PersistentVolumeClaim) *storagev1.StorageClass {
+	name := storagehelpers.GetPersistentVolumeClaimClass(claim)
+	if name == "" {
+		return nil
+	}
+	class, err := b.scLister.Get(name)
+	if err != nil {
+		return nil // listers fail only with NotFound
+	}
+	return class
+}
+
+// classIsOurs reports whether the claim's class exists and names the driver
+// as provisioner.
+func (b *Binder) classIsOurs(claim *corev1.PersistentVolumeClaim) bool {
+	class := b.classOf(claim)
+	return class != nil && class.Provisioner == b.driver
+}
+
+// getClaim returns the newest known copy of a claim, or nil. Never modify it.
+func (b *Binder) getClaim(namespace, name string) *corev1.PersistentVolumeClaim {
+	c, err := b.pvcLister.PersistentVolumeClaims(namespace).Get(name)
+	if err != nil {
+		c = nil
+	}
+	return b.claims.newest(namespace+"/"+name, c)
+}
+
+// getVolume returns the newest known copy of a volume, or nil. Never modify
+// it.
+func (b *Binder) getVolume(name string) *corev1.PersistentVolume {
+	pv, err := b.pvLister.Get(name)
+	if err != nil {
+		pv = nil
+	}
+	return b.pvs.newest(name, pv)
+}
+
+// volumesReferencing returns the newest copies of the in-scope volumes whose
+// claimRef names the claim (namespace and name; any UID), sorted by name.
+func (b *Binder) volumesReferencing(claim *corev1.PersistentVolumeClaim) []*corev1.PersistentVolume {
+	key := claimKey(claim)
+	names := map[string]bool{}
+	if objs, err := b.pvInformer.GetIndexer().ByIndex(indexVolumeByClaim, key); err == nil {
+		for _, o := range objs {
+			names[o.(*corev1.PersistentVolume).Name] = true
+		}
+	}
+	for _, pv := range b.pvs.snapshot() {
+		if pv.Spec.ClaimRef != nil && claimRefKey(pv.Spec.ClaimRef) == key {
+			names[pv.Name] = true
+		}
+	}
+	return b.collectVolumes(names, func(pv *corev1.PersistentVolume) bool {
+		return pv.Spec.ClaimRef != nil && claimRefKey(pv.Spec.ClaimRef) == key
+	})
+}
+
+// unboundVolumesOfClass returns the newest copies of the in-scope volumes
+// without claimRef whose class is class, sorted by name.
+func (b *Binder) unboundVolumesOfClass(class string) []*corev1.PersistentVolume {
+	names := map[string]bool{}
+	if objs, err := b.pvInformer.GetIndexer().ByIndex(indexUnboundByClass, class); err == nil {
+		for _, o := range objs {
+			names[o.(*corev1.PersistentVolume).Name] = true
+		}
+	}
+	for _, pv := range b.pvs.snapshot() {
+		if pv.Spec.ClaimRef == nil && storagehelpers.GetPersistentVolumeClass(pv) == class {
+			names[pv.Name] = true
+		}
+	}
+	return b.collectVolumes(names, func(pv *corev1.PersistentVolume) bool {
+		return pv.Spec.ClaimRef == nil && storagehelpers.GetPersistentVolumeClass(pv) == class
+	})
+}
+
+// collectVolumes looks up the newest copy of each named volume and keeps
+// those in scope that still satisfy keep.
+func (b *Binder) collectVolumes(names map[string]bool, keep func(*corev1.PersistentVolume) bool) []*corev1.PersistentVolume {
+	out := make([]*corev1.PersistentVolume, 0, len(names))
+	for name := range names {
+		if pv := b.getVolume(name); pv != nil && b.volumeInScope(pv) && keep(pv) {
+			out = append(out, pv)
+		}
+	}
+	slices.SortFunc(out, func(x, y *corev1.PersistentVolume) int { return strings.Compare(x.Name, y.Name) })
+	return out
+}
+
+// unscheduledPods returns the names, sorted, of the pods that use the claim
+// and wait to be scheduled.
+func (b *Binder) unscheduledPods(claim *corev1.PersistentVolumeClaim) []string {
+	objs, err := b.podIndexer.ByIndex(indexPodByClaim, claimKey(claim))
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if ok && pod.Spec.NodeName == "" && !podTerminated(pod) {
+			names = append(names, pod.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
