@@ -3,4 +3,101 @@
 // and BlockProvisioner interfaces of sig-storage-lib-external-provisioner v13,
 // whose ProvisionController drives it: PVC + StorageClass → CreateVolume
 // request; response → PV; released PV → DeleteVolume.
+//
+// The behaviour is kubernetes-csi/external-provisioner's (v6): the same
+// volume names, request and PV mapping, StorageClass parameters, secret
+// templates, annotations, topology rules, event reasons and error states.
+// Cloning from a claim and restoring from a VolumeSnapshot are not
+// implemented yet (a final error says so); CSI migration, distributed
+// (node) deployment, cross-namespace data sources and capacity tracking are
+// not part of this package.
+//
+// # Error states
+//
+// [Provisioner.Provision] classifies a CreateVolume error with
+// csiclient.Classify, with rescheduling allowed when the driver supports
+// topology and the scheduler selected a node: InProgress →
+// ProvisioningInBackground (the next call repeats the identical request,
+// with the topology cached for the claim); Reschedule →
+// ProvisioningReschedule; Infeasible and Final → ProvisioningFinished (an
+// InvalidArgument error keeps its gRPC code so the library delays its
+// retries). Errors before the call are ProvisioningFinished for requests
+// that cannot be valid, ProvisioningNoChange for what may resolve (secrets,
+// VolumeAttributesClass, topology lookups) and ProvisioningReschedule when
+// the selected Node or CSINode is gone.
+//
+// # Crash-safe provisioning
+//
+// Upstream keeps "a CreateVolume for this claim may be running" in memory
+// only: a restart in the middle, followed by the deletion of the claim,
+// leaks the volume (external-provisioner issue #486). Here the claim itself
+// carries that state, as the finalizer inflight.Finalizer:
+//
+//  1. Before the first CreateVolume for a claim, the finalizer is on the
+//     claim: the binder adds it in the write that hands the claim to this
+//     driver (after [Provisioner.CheckProvision] said a request can be
+//     built), or Provision adds it with a live update right before the call.
+//     No CreateVolume is sent unless the claim's current copy carries it,
+//     and none for a claim that is being deleted without it: the API server
+//     refuses new finalizers on such a claim, and [Provisioner.ShouldProvision]
+//     turns it down.
+//  2. While the finalizer is on, the claim cannot disappear; if it is being
+//     deleted, ShouldProvision still accepts it, so that the create is
+//     finished (and its PV written) or fails.
+//  3. The finalizer comes off when no CreateVolume can leak any more. (a)
+//     The PV provisioned for the claim exists: the binder removes the
+//     finalizer in the write that binds the claim, and the guard
+//     ([Provisioner.RunGuard]) removes it once the PV exists and the claim
+//     is bound (by any binder), being deleted, or the binder is disabled.
+//     (b) For a claim that is being deleted (or bound to another volume),
+//     no CreateVolume is in flight: the driver gave a final answer to the
+//     last one, or this process saw the claim without the finalizer and
+//     sent none since. Provision removes the finalizer right away, or the
+//     guard does when the claim is deleted later. A final answer proves
+//     that no volume of that name exists, except AlreadyExists, which
+//     proves that one does: then the finalizer stays. This knowledge is in
+//     memory, and assumes that one process provisions for the driver at a
+//     time (leader election) and runs both the library's controller and
+//     the guard.
+//
+// How each crash ends without a leak:
+//
+//   - Before the finalizer write: nothing was sent. A claim deleted
+//     meanwhile never gets a CreateVolume; a live one is provisioned anew.
+//   - After the finalizer write, before CreateVolume: the claim stays.
+//     After the restart a live claim is provisioned normally; a claim being
+//     deleted gets a CreateVolume anyway (nothing tells the new process
+//     that none was sent): either a final answer, and the finalizer comes
+//     off, or a volume whose PV is written, after which the finalizer comes
+//     off, the claim goes, and the PV is Released and deleted with its
+//     volume.
+//   - During CreateVolume: the same; the repeated call, idempotent by the
+//     volume name, returns or finishes the volume the lost call created.
+//   - After CreateVolume succeeded, before the PV write: the same; the
+//     repeated CreateVolume returns the existing volume and the PV is
+//     written. (The topology cache is lost with the process; if the new
+//     request differs and the driver answers AlreadyExists, the finalizer
+//     stays and the error says what to clean up.)
+//   - After the PV write: the PV records the volume. The guard or the
+//     binder removes the finalizer; a deleted claim's PV is Released and
+//     its volume deleted.
+//
+// What is left to an administrator, with a Warning event or error on the
+// claim: a claim answered AlreadyExists; and, when this process cannot
+// know that nothing is in flight (it restarted after the finalizer was
+// added), a claim being deleted whose request can no longer be built (its
+// secret was deleted, say) and a claim that another binder bound to a
+// different volume. Each keeps the finalizer until the volume named after
+// the claim is known not to exist, or an administrator who checked the
+// storage backend removes it.
+//
+// # Events
+//
+// The library reports every error Provision returns as a ProvisioningFailed
+// Warning event (with its own recorder, on every retry). This package reports
+// what the library is silent about, through the recorder given to [New]
+// (deduplicated, so once per cause): a missing StorageClass or one that
+// names another provisioner (from ShouldProvision), an external populator's
+// data source (upstream's Normal Provisioning event), and a claim stuck with
+// the finalizer after another binder bound it.
 package provisioner

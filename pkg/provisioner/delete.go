@@ -1,0 +1,135 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+)
+
+// Delete deletes the volume behind pv with DeleteVolume; the library then
+// deletes the PV object. It is called for Released volumes with reclaim
+// policy Delete, provisioned ones and static CSI ones of this driver alike.
+//
+//   - A PV that is not a CSI volume of this driver gives an
+//     *controller.IgnoredError: the library skips it silently.
+//   - While any VolumeAttachment names the PV (and the driver publishes
+//     volumes), it returns "persistentvolume <pv> is still attached to node
+//     <node>"; the library retries.
+//   - The secrets are those named by the PV's deletion-secret annotations.
+//     A PV without the annotations (written by old provisioners) resolves
+//     them from its StorageClass with the claimRef's name and namespace. A
+//     secret that cannot be read is only logged: it may be gone already and
+//     the driver may not need it.
+//   - An error of DeleteVolume is returned as is; the library emits
+//     VolumeFailedDelete and retries. Deleting a volume that no longer
+//     exists succeeds (CSI), so Delete is idempotent.
+func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	if pv == nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+		return &controller.IgnoredError{Reason: fmt.Sprintf("the volume is not a CSI volume of driver %s", p.name)}
+	}
+	logger := klog.FromContext(ctx).WithValues("pv", klog.KObj(pv), "volumeID", pv.Spec.CSI.VolumeHandle)
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+	if err := p.checkCapabilities(false); err != nil {
+		return err
+	}
+	if err := p.checkDetached(pv); err != nil {
+		logger.V(4).Info("Not deleting an attached volume", "err", err)
+		return err
+	}
+	secrets, err := p.deletionSecrets(ctx, pv)
+	if err != nil {
+		return err
+	}
+	err = p.driver.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: secrets})
+	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))
+	return err
+}
+
+// checkDetached fails while a VolumeAttachment names pv. Only drivers that
+// publish volumes have VolumeAttachments.
+func (p *Provisioner) checkDetached(pv *corev1.PersistentVolume) error {
+	if p.attachInf == nil {
+		return nil
+	}
+	objs, err := p.attachInf.GetIndexer().ByIndex(indexAttachmentByVolume, pv.Name)
+	if err != nil {
+		return fmt.Errorf("list volumeattachments of %s: %w", pv.Name, err)
+	}
+	var attached []*storagev1.VolumeAttachment
+	for _, obj := range objs {
+		if va, ok := obj.(*storagev1.VolumeAttachment); ok {
+			attached = append(attached, va)
+		}
+	}
+	if len(attached) == 0 {
+		return nil
+	}
+	slices.SortFunc(attached, func(a, b *storagev1.VolumeAttachment) int { return strings.Compare(a.Name, b.Name) })
+	return fmt.Errorf("persistentvolume %s is still attached to node %s", pv.Name, attached[0].Spec.NodeName)
+}
+
+// deletionSecrets returns the data of the secret DeleteVolume needs for pv,
+// nil for none. Only an invalid secret template of the fallback is an
+// error.
+func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.PersistentVolume) (map[string]string, error) {
+	logger := klog.FromContext(ctx)
+	name, hasName := pv.Annotations[annDeletionSecretName]
+	namespace, hasNamespace := pv.Annotations[annDeletionSecretNS]
+	var ref *corev1.SecretReference
+	switch {
+	case hasName && hasNamespace:
+		if name == "" || namespace == "" {
+			logger.V(4).Info("The volume needs no deletion secret")
+			return nil, nil
+		}
+		ref = &corev1.SecretReference{Name: name, Namespace: namespace}
+	default:
+		var err error
+		if ref, err = p.deletionSecretFromClass(logger, pv); err != nil || ref == nil {
+			return nil, err
+		}
+	}
+	data, err := secretData(ctx, p.client, ref)
+	if err != nil {
+		// The secret may have been deleted with its namespace; try without.
+		logger.Error(err, "Could not read the deletion secret; deleting the volume without it", "secret", klog.KRef(ref.Namespace, ref.Name))
+		return nil, nil
+	}
+	return data, nil
+}
+
+// deletionSecretFromClass resolves the provisioner secret of pv's class
+// with the claimRef's name and namespace (annotation tokens cannot
+// resolve), for volumes without the deletion-secret annotations.
+func (p *Provisioner) deletionSecretFromClass(logger klog.Logger, pv *corev1.PersistentVolume) (*corev1.SecretReference, error) {
+	className := storagehelpers.GetPersistentVolumeClass(pv)
+	if className == "" {
+		return nil, nil
+	}
+	class, err := p.classes.Get(className)
+	if err != nil {
+		logger.Info("Could not get the volume's storage class; deleting the volume without secrets", "class", className, "err", err)
+		return nil, nil
+	}
+	if pv.Spec.ClaimRef == nil {
+		logger.Info("The volume has no claim reference; deleting it without secrets")
+		return nil, nil
+	}
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pv.Spec.ClaimRef.Name, Namespace: pv.Spec.ClaimRef.Namespace}}
+	ref, err := resolveSecretRef(logger, provisionerSecret, class.Parameters, pv.Name, claim)
+	if err != nil {
+		return nil, fmt.Errorf("failed to get secretreference for volume %s: %w", pv.Name, err)
+	}
+	return ref, nil
+}

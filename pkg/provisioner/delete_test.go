@@ -1,0 +1,165 @@
+package provisioner
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+)
+
+func attachment(name, pv, node string) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: testDriver, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+	}
+}
+
+// provisionedPV is a Released PV of the test driver as the library saves
+// it, with the deletion-secret annotations.
+func provisionedPV(secretName, secretNS string) *testutil.PVBuilder {
+	return testutil.NewPV("pv1", testDriver).Class(testClass).ClaimRef(testNS, "c", "uid-c").Phase(corev1.VolumeReleased).
+		Annotation(storagehelpers.AnnDynamicallyProvisioned, testDriver).
+		Annotation(annDeletionSecretName, secretName).Annotation(annDeletionSecretNS, secretNS)
+}
+
+// TestDelete covers Delete: other drivers ignored, deletion secrets from the
+// PV annotations or the class, the VolumeAttachment guard, static volumes
+// and DeleteVolume errors.
+func TestDelete(t *testing.T) {
+	withPublish := func(c *csiclient.Capabilities) { c.PublishUnpublish = true }
+	tests := []struct {
+		name        string
+		pv          *corev1.PersistentVolume
+		objs        []runtime.Object
+		caps        func(*csiclient.Capabilities)
+		deleteErr   error
+		wantIgnored bool
+		wantErr     string
+		wantSecrets map[string]string
+		wantCall    bool
+		wantGets    int // secret GETs
+	}{
+		{name: "volume of another driver", pv: testutil.NewPV("pv1", "other.example.com").Obj(), wantIgnored: true},
+		{name: "not a CSI volume", pv: testutil.NewPV("pv1", testDriver).NotCSI().Obj(), wantIgnored: true},
+		{
+			name: "secret from the annotations", pv: provisionedPV("s", "secretns").Obj(),
+			objs: objs(secret("secretns", "s", map[string]string{"token": "t"})), wantSecrets: map[string]string{"token": "t"}, wantCall: true, wantGets: 1,
+		},
+		{name: "empty annotations: no secret", pv: provisionedPV("", "").Obj(), wantCall: true},
+		{name: "annotated secret missing: deleted without it", pv: provisionedPV("gone", "secretns").Obj(), wantCall: true, wantGets: 1},
+		{
+			name: "no annotations: secret resolved from the class with the claimRef",
+			pv: func() *corev1.PersistentVolume {
+				pv := provisionedPV("", "").Obj()
+				pv.Annotations = map[string]string{storagehelpers.AnnDynamicallyProvisioned: testDriver}
+				return pv
+			}(),
+			objs: objs(
+				newClass().Param(provisionerSecret.nameKey, "${pvc.name}-${pv.name}").Param(provisionerSecret.namespaceKey, "${pvc.namespace}").Obj(),
+				secret(testNS, "c-pv1", map[string]string{"k": "from-class"})),
+			wantSecrets: map[string]string{"k": "from-class"}, wantCall: true, wantGets: 1,
+		},
+		{
+			name:    "no annotations: annotation tokens cannot resolve",
+			pv:      testutil.NewPV("pv1", testDriver).Class(testClass).ClaimRef(testNS, "c", "uid-c").Obj(),
+			objs:    objs(newClass().Param(provisionerSecret.nameKey, "${pvc.annotations['x']}").Param(provisionerSecret.namespaceKey, "ns").Obj()),
+			wantErr: `failed to get secretreference for volume pv1: error resolving value "${pvc.annotations['x']}"`,
+		},
+		{
+			name: "no annotations, class gone: deleted without secrets",
+			pv:   testutil.NewPV("pv1", testDriver).Class(testClass).ClaimRef(testNS, "c", "uid-c").Obj(), wantCall: true,
+		},
+		{
+			name: "no annotations, no claimRef: deleted without secrets",
+			pv:   testutil.NewPV("pv1", testDriver).Class(testClass).Obj(),
+			objs: objs(newClass().Param(provisionerSecret.nameKey, "s").Param(provisionerSecret.namespaceKey, "ns").Obj()), wantCall: true,
+		},
+		{
+			name: "static volume of this driver", pv: testutil.NewPV("static", testDriver).Phase(corev1.VolumeReleased).Obj(), wantCall: true,
+		},
+		{
+			name: "attached: blocked", pv: provisionedPV("", "").Obj(), caps: withPublish,
+			objs:    objs(attachment("va-b", "pv1", "node-b"), attachment("va-a", "pv1", "node-a"), attachment("va-other", "pv2", "node-c")),
+			wantErr: "persistentvolume pv1 is still attached to node node-a",
+		},
+		{
+			name: "attachments of other volumes only", pv: provisionedPV("", "").Obj(), caps: withPublish,
+			objs: objs(attachment("va-other", "pv2", "node-c")), wantCall: true,
+		},
+		{
+			name: "attachment ignored without PUBLISH_UNPUBLISH", pv: provisionedPV("", "").Obj(),
+			objs: objs(attachment("va-a", "pv1", "node-a")), wantCall: true,
+		},
+		{
+			name: "DeleteVolume final error", pv: provisionedPV("", "").Obj(), deleteErr: csiErr(codes.FailedPrecondition),
+			wantErr: "mock FailedPrecondition", wantCall: true,
+		},
+		{
+			name: "DeleteVolume timeout", pv: provisionedPV("", "").Obj(), deleteErr: csiErr(codes.DeadlineExceeded),
+			wantErr: "mock DeadlineExceeded", wantCall: true,
+		},
+		{
+			name: "driver cannot delete", pv: provisionedPV("", "").Obj(),
+			caps:    func(c *csiclient.Capabilities) { c.CreateDeleteVolume = false },
+			wantErr: "controller CREATE_DELETE_VOLUME capability is not reported",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caps := baseCaps()
+			if tt.caps != nil {
+				tt.caps(&caps)
+			}
+			h := newHarness(t, caps, append(tt.objs, tt.pv))
+			if tt.deleteErr != nil {
+				h.driver.deleteErrs = []error{tt.deleteErr}
+			}
+			err := h.p.Delete(h.ctx, tt.pv)
+			if isIgnored(err) != tt.wantIgnored {
+				t.Fatalf("Delete = %v, want ignored %v", err, tt.wantIgnored)
+			}
+			if !tt.wantIgnored && ((tt.wantErr == "") != (err == nil) || !strings.Contains(errString(err), tt.wantErr)) {
+				t.Fatalf("Delete = %v, want %q", err, tt.wantErr)
+			}
+			calls := h.driver.deleteCalls()
+			if (len(calls) == 1) != tt.wantCall || len(calls) > 1 {
+				t.Fatalf("DeleteVolume calls = %d, want call %v", len(calls), tt.wantCall)
+			}
+			if tt.wantCall {
+				if calls[0].GetVolumeId() != tt.pv.Spec.CSI.VolumeHandle {
+					t.Errorf("volume ID = %q, want %q", calls[0].GetVolumeId(), tt.pv.Spec.CSI.VolumeHandle)
+				}
+				if !maps.Equal(calls[0].GetSecrets(), tt.wantSecrets) {
+					t.Errorf("secrets = %v, want %v", calls[0].GetSecrets(), tt.wantSecrets)
+				}
+			}
+			if tt.deleteErr != nil {
+				if st, _ := status.FromError(err); st.Code() != csiclient.Code(tt.deleteErr) {
+					t.Errorf("returned error lost its gRPC code: %v", err)
+				}
+			}
+			gets := 0
+			for _, a := range h.client.Actions() {
+				if a.GetVerb() == "get" && a.GetResource().Resource == "secrets" {
+					gets++
+				}
+			}
+			if gets != tt.wantGets {
+				t.Errorf("secret GETs = %d, want %d", gets, tt.wantGets)
+			}
+		})
+	}
+}

@@ -1,0 +1,200 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// maxFinalizerAttempts bounds the update-on-conflict loop of one finalizer
+// change; the caller's retry takes over after that.
+const maxFinalizerAttempts = 3
+
+// errClaimGone says that the claim was deleted (or replaced by a claim of
+// another UID) or is being deleted, so the in-flight finalizer cannot be
+// added and no CreateVolume may start.
+var errClaimGone = errors.New("the claim is gone or being deleted")
+
+// addInflight persists the in-flight finalizer on claim with a live update
+// of a copy, unless the claim already carries it. On a conflict it reads the
+// claim again and stops if the live claim already has the finalizer. It
+// returns errClaimGone when the finalizer cannot be added because the claim
+// is gone or being deleted (the API server refuses new finalizers then).
+func (p *Provisioner) addInflight(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	return p.changeInflight(ctx, claim, true)
+}
+
+// removeInflight removes the in-flight finalizer from claim with a live
+// update of a copy. A claim that is gone, replaced or already without the
+// finalizer is success.
+func (p *Provisioner) removeInflight(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	return p.changeInflight(ctx, claim, false)
+}
+
+func (p *Provisioner) changeInflight(ctx context.Context, claim *corev1.PersistentVolumeClaim, add bool) error {
+	logger := klog.FromContext(ctx)
+	cur := claim
+	var err error
+	for range maxFinalizerAttempts {
+		clone := cur.DeepCopy()
+		var changed bool
+		if add {
+			changed = inflight.Add(clone)
+			if changed && clone.DeletionTimestamp != nil {
+				return errClaimGone
+			}
+		} else {
+			changed = inflight.Remove(clone)
+		}
+		if !changed {
+			return nil
+		}
+		_, err = p.client.CoreV1().PersistentVolumeClaims(clone.Namespace).Update(ctx, clone, metav1.UpdateOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil:
+			logger.V(4).Info("Changed the in-flight finalizer", "pvc", klog.KObj(claim), "added", add)
+			return nil
+		case apierrors.IsNotFound(err):
+			return gone(add)
+		case add && apierrors.IsInvalid(err) && clone.DeletionTimestamp == nil:
+			// Most likely the claim started being deleted after our read:
+			// the API server forbids new finalizers then. Read it to know.
+		case !apierrors.IsConflict(err):
+			return fmt.Errorf("update finalizers of claim %s: %w", klog.KObj(claim), err)
+		}
+		live, getErr := p.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(getErr):
+			return gone(add)
+		case getErr != nil:
+			return fmt.Errorf("get claim %s: %w", klog.KObj(claim), getErr)
+		case live.UID != claim.UID:
+			return gone(add)
+		}
+		cur = live
+	}
+	return fmt.Errorf("update finalizers of claim %s: %w", klog.KObj(claim), err)
+}
+
+func gone(add bool) error {
+	if add {
+		return errClaimGone
+	}
+	return nil
+}
+
+// attemptState is what this process knows about the CreateVolume calls
+// for one claim.
+type attemptState int
+
+const (
+	// attemptClean: this process saw the claim without the in-flight
+	// finalizer and has sent no CreateVolume for it since. Every
+	// CreateVolume needs the finalizer first, and only this process sends
+	// them for this driver, so none was sent.
+	attemptClean attemptState = iota + 1
+	// attemptSent: a CreateVolume was sent and has no final answer yet.
+	attemptSent
+	// attemptFinal: the last CreateVolume got a final answer, so no volume
+	// exists under the claim's name and none is being created.
+	attemptFinal
+	// attemptReleased: nothing being in flight, the in-flight finalizer is
+	// being (or was) removed; no CreateVolume may start any more.
+	attemptReleased
+)
+
+// ledger records, per claim UID, what this process knows of its
+// CreateVolume calls, so that a claim whose create is known to be over (or
+// never started) can be released without another CreateVolume, and so
+// that no create starts while it is. It is memory only: after a restart a
+// claim that already carries the finalizer is unknown, and only a
+// CreateVolume answer or the provisioned PV releases it.
+type ledger struct {
+	mu     sync.Mutex
+	states map[types.UID]attemptState
+}
+
+func newLedger() *ledger { return &ledger{states: map[types.UID]attemptState{}} }
+
+// observeClean records that the claim was seen without the finalizer,
+// unless something is known about it already.
+func (l *ledger) observeClean(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, known := l.states[uid]; !known {
+		l.states[uid] = attemptClean
+	}
+}
+
+// begin records that a CreateVolume is about to be sent. It returns false
+// when the claim was released: the caller must not send it.
+func (l *ledger) begin(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states[uid] == attemptReleased {
+		return false
+	}
+	l.states[uid] = attemptSent
+	return true
+}
+
+// final records a final answer.
+func (l *ledger) final(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states[uid] != attemptReleased {
+		l.states[uid] = attemptFinal
+	}
+}
+
+// release marks the claim released if nothing can be in flight for it (a
+// final answer, or no CreateVolume since it was seen without the
+// finalizer) and reports whether it did. The caller then removes the
+// finalizer, and calls unrelease if that fails.
+func (l *ledger) release(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.states[uid]; s != attemptFinal && s != attemptClean {
+		return false
+	}
+	l.states[uid] = attemptReleased
+	return true
+}
+
+// unrelease undoes release after a failed finalizer removal.
+func (l *ledger) unrelease(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states[uid] == attemptReleased {
+		l.states[uid] = attemptFinal
+	}
+}
+
+// forget drops what is known about the claim (it succeeded or is gone).
+func (l *ledger) forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.states, uid)
+}
+
+// releaseIdle removes the finalizer of claim when no CreateVolume for it
+// can be in flight (see ledger.release), and reports whether it did.
+func (p *Provisioner) releaseIdle(ctx context.Context, claim *corev1.PersistentVolumeClaim) (bool, error) {
+	if !p.attempts.release(claim.UID) {
+		return false, nil
+	}
+	if err := p.removeInflight(ctx, claim); err != nil {
+		p.attempts.unrelease(claim.UID)
+		return false, err
+	}
+	return true, nil
+}

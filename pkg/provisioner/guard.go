@@ -1,0 +1,235 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// guardQueueName names the guard's workqueue in the workqueue metrics.
+const guardQueueName = "inflight_guard"
+
+// RunGuard runs the in-flight finalizer guard with the given number of
+// workers (at least one) until ctx is done, and returns after its workers
+// have stopped. The shared informer factory must be started by the caller;
+// the guard waits for the provisioner's informers to sync. Without a
+// recorder given to New, RunGuard also posts the provisioner's events.
+//
+// The guard watches claims that carry the in-flight finalizer and are
+// annotated for this driver, and the PVs that point to them, and removes the
+// finalizer when no CreateVolume for the claim can leak any more:
+//
+//   - the PV provisioned for the claim exists (its claimRef carries the
+//     claim's UID, and it is named after the claim or annotated as
+//     provisioned by this driver), and the claim is bound, or being
+//     deleted, or this product's binder is disabled. With the binder on, the
+//     binder removes the finalizer in the write that binds the claim, so the
+//     guard normally writes nothing; it still cleans up when another binder
+//     (kube-controller-manager) bound the claim;
+//   - or, for a claim that is being deleted or is bound to another volume,
+//     this process knows that no CreateVolume for it is in flight: it saw
+//     a final answer to the last one, or it saw the claim without the
+//     finalizer and sent none since.
+//
+// A claim bound to another volume while its create may still be in flight
+// keeps the finalizer and gets a Warning event saying what to check.
+func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
+	logger := klog.FromContext(ctx).WithName("inflight-guard")
+	ctx = klog.NewContext(ctx, logger)
+	if p.broadcaster != nil {
+		p.broadcaster.StartStructuredLogging(3)
+		p.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
+		defer p.broadcaster.Shutdown()
+	}
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: guardQueueName})
+	defer queue.ShutDown()
+
+	claimReg, err := p.claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { p.enqueueClaim(queue, obj) },
+		UpdateFunc: func(_, obj interface{}) { p.enqueueClaim(queue, obj) },
+		DeleteFunc: p.forgetClaim,
+	})
+	if err != nil {
+		logger.Error(err, "Cannot watch claims; the in-flight guard does not run")
+		return
+	}
+	defer func() { _ = p.claimInf.RemoveEventHandler(claimReg) }()
+	volumeReg, err := p.volumeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { enqueueClaimOf(queue, obj) },
+		UpdateFunc: func(_, obj interface{}) { enqueueClaimOf(queue, obj) },
+		DeleteFunc: func(obj interface{}) { enqueueClaimOf(queue, obj) },
+	})
+	if err != nil {
+		logger.Error(err, "Cannot watch volumes; the in-flight guard does not run")
+		return
+	}
+	defer func() { _ = p.volumeInf.RemoveEventHandler(volumeReg) }()
+
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced, claimReg.HasSynced, volumeReg.HasSynced) {
+		return
+	}
+	logger.V(2).Info("Starting the in-flight finalizer guard", "workers", workers)
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for p.processGuardItem(ctx, queue) {
+			}
+		})
+	}
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
+	logger.V(2).Info("Stopped the in-flight finalizer guard")
+}
+
+// processGuardItem syncs one key: an error requeues it with backoff,
+// success forgets its backoff. It returns false when the queue shut down.
+func (p *Provisioner) processGuardItem(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) bool {
+	key, quit := queue.Get()
+	if quit {
+		return false
+	}
+	defer queue.Done(key)
+	if err := p.guardSync(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, "In-flight guard sync failed; retrying", "pvc", key)
+		queue.AddRateLimited(key)
+		return true
+	}
+	queue.Forget(key)
+	return true
+}
+
+// guardSync applies the guard's rules (see RunGuard) to the claim with
+// key namespace/name.
+func (p *Provisioner) guardSync(ctx context.Context, key string) error {
+	logger := klog.FromContext(ctx)
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key of ours; retrying cannot help
+	}
+	claim, err := p.claims.PersistentVolumeClaims(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !inflight.Has(claim) || !p.annotatedForUs(claim) {
+		return nil
+	}
+	logger = logger.WithValues("pvc", klog.KObj(claim))
+	deleting, bound := claim.DeletionTimestamp != nil, claim.Spec.VolumeName != ""
+
+	if pv := p.provisionedVolume(claim); pv != nil {
+		if !bound && !deleting && p.cfg.binderEnabled {
+			logger.V(5).Info("Leaving the in-flight finalizer to the binder", "pv", pv.Name)
+			return nil
+		}
+		if err := p.removeInflight(ctx, claim); err != nil {
+			return err
+		}
+		logger.V(2).Info("Removed the in-flight finalizer: the volume is recorded in its PV", "pv", pv.Name, "bound", bound, "deleting", deleting)
+		return nil
+	}
+	if !deleting && !bound {
+		return nil
+	}
+	released, err := p.releaseIdle(ctx, claim)
+	if err != nil {
+		return err
+	}
+	if released {
+		logger.V(2).Info("Removed the in-flight finalizer: no CreateVolume is in flight", "bound", bound, "deleting", deleting)
+		return nil
+	}
+	if bound && claim.Spec.VolumeName != p.VolumeName(claim) {
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
+			"the claim was bound to volume %s while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
+			claim.Spec.VolumeName, inflight.Finalizer, p.VolumeName(claim)))
+	}
+	logger.V(4).Info("Keeping the in-flight finalizer: no PV records the volume yet", "bound", bound, "deleting", deleting)
+	return nil
+}
+
+// provisionedVolume returns the PV that records the volume provisioned for
+// claim, nil if there is none in the informer.
+func (p *Provisioner) provisionedVolume(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+	objs, err := p.volumeInf.GetIndexer().ByIndex(indexVolumeByClaimUID, string(claim.UID))
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		pv, ok := obj.(*corev1.PersistentVolume)
+		if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+			continue
+		}
+		if pv.Name == p.VolumeName(claim) || pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == p.name {
+			return pv
+		}
+	}
+	return nil
+}
+
+// enqueueClaim queues a claim of this driver that carries the finalizer,
+// and feeds the ledger: a pending claim seen without the finalizer has had
+// no CreateVolume yet; a bound one without it needs no record.
+func (p *Provisioner) enqueueClaim(queue workqueue.TypedInterface[string], obj interface{}) {
+	claim, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	if !inflight.Has(claim) {
+		switch {
+		case claim.Spec.VolumeName != "":
+			p.attempts.forget(claim.UID)
+		case claim.DeletionTimestamp == nil && (p.annotatedForUs(claim) || !annotatedForAny(claim)):
+			p.attempts.observeClean(claim.UID)
+		}
+		return
+	}
+	if !p.annotatedForUs(claim) {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(claim); err == nil {
+		queue.Add(key)
+	}
+}
+
+func annotatedForAny(claim *corev1.PersistentVolumeClaim) bool {
+	_, ga := claim.Annotations[storagehelpers.AnnStorageProvisioner]
+	_, beta := claim.Annotations[storagehelpers.AnnBetaStorageProvisioner]
+	return ga || beta
+}
+
+// forgetClaim drops what the provisioner knows about a deleted claim.
+func (p *Provisioner) forgetClaim(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		p.attempts.forget(claim.UID)
+	}
+}
+
+func enqueueClaimOf(queue workqueue.TypedInterface[string], obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil {
+		return
+	}
+	queue.Add(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
+}

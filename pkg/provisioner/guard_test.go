@@ -1,0 +1,285 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// TestGuardSync covers the guard's removal rules.
+func TestGuardSync(t *testing.T) {
+	guarded := func() *testutil.PVCBuilder { return newClaim("c").Finalizers(inflight.Finalizer) }
+	ourPV := func(claim *corev1.PersistentVolumeClaim) *testutil.PVBuilder {
+		return testutil.NewPV("pvc-uid-c", testDriver).BoundTo(claim)
+	}
+	tests := []struct {
+		name       string
+		claim      *corev1.PersistentVolumeClaim
+		pvs        func(*corev1.PersistentVolumeClaim) []runtime.Object
+		binderOff  bool
+		ledger     func(*ledger)
+		failUpdate bool
+		wantErr    bool
+		wantKept   bool
+		wantEvent  string
+	}{
+		{
+			name: "provisioned PV and bound claim", claim: guarded().VolumeName("pvc-uid-c").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object { return objs(ourPV(c).Obj()) },
+		},
+		{
+			name: "provisioned PV, unbound claim, binder on: left to the binder", claim: guarded().Obj(), wantKept: true,
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object { return objs(ourPV(c).Obj()) },
+		},
+		{
+			name: "provisioned PV, unbound claim, binder off", claim: guarded().Obj(), binderOff: true,
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object { return objs(ourPV(c).Obj()) },
+		},
+		{
+			name: "provisioned PV, claim being deleted", claim: guarded().Deleted().Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object { return objs(ourPV(c).Obj()) },
+		},
+		{
+			name: "PV annotated as provisioned by the driver under another name", claim: guarded().VolumeName("old-name").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("old-name", testDriver).BoundTo(c).Annotation(storagehelpers.AnnDynamicallyProvisioned, testDriver).Obj())
+			},
+		},
+		{
+			name: "bound to a static PV while a create may be in flight: kept, with a warning", claim: guarded().VolumeName("static").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("static", testDriver).BoundTo(c).Obj())
+			},
+			wantKept:  true,
+			wantEvent: "Warning ProvisioningFailed the claim was bound to volume static while a CreateVolume for it may have been in progress",
+		},
+		{
+			name: "bound to a static PV after a final answer", claim: guarded().VolumeName("static").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("static", testDriver).BoundTo(c).Obj())
+			},
+			ledger: func(l *ledger) { l.final("uid-c") },
+		},
+		{
+			name: "PV of an older claim of the same name", claim: guarded().Obj(), binderOff: true, wantKept: true,
+			pvs: func(*corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("pvc-uid-old", testDriver).ClaimRef(testNS, "c", "uid-old").Obj())
+			},
+		},
+		{
+			name: "PV of another driver", claim: guarded().Obj(), binderOff: true, wantKept: true,
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("pvc-uid-c", "other.example.com").BoundTo(c).Obj())
+			},
+		},
+		{name: "being deleted, last answer final", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.final("uid-c") }},
+		{name: "being deleted, seen without the finalizer, nothing sent since", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.observeClean("uid-c") }},
+		{
+			name: "bound to a static PV, nothing sent since seen clean", claim: guarded().VolumeName("static").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("static", testDriver).BoundTo(c).Obj())
+			},
+			ledger: func(l *ledger) { l.observeClean("uid-c") },
+		},
+		{name: "being deleted, create in flight", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true},
+		{name: "being deleted, nothing known (after a restart)", claim: guarded().Deleted().Obj(), wantKept: true},
+		{name: "pending, last answer final: the library retries", claim: guarded().Obj(), ledger: func(l *ledger) { l.final("uid-c") }, wantKept: true},
+		{
+			name: "claim of another driver", wantKept: true, binderOff: true,
+			claim: guarded().Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			pvs:   func(c *corev1.PersistentVolumeClaim) []runtime.Object { return objs(ourPV(c).Obj()) },
+		},
+		{
+			name: "removal fails", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.final("uid-c") },
+			failUpdate: true, wantErr: true, wantKept: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := objs(tt.claim)
+			if tt.pvs != nil {
+				o = append(o, tt.pvs(tt.claim)...)
+			}
+			h := newHarness(t, baseCaps(), o, WithBinderEnabled(!tt.binderOff))
+			if tt.ledger != nil {
+				tt.ledger(h.p.attempts)
+			}
+			if tt.failUpdate {
+				h.failOn("update", "persistentvolumeclaims", apierrors.NewInternalError(errors.New("etcd down")))
+			}
+			err := h.p.guardSync(h.ctx, testNS+"/c")
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("guardSync = %v, want error %v", err, tt.wantErr)
+			}
+			if got := inflight.Has(h.liveClaim(tt.claim)); got != tt.wantKept {
+				t.Errorf("finalizer kept = %v, want %v", got, tt.wantKept)
+			}
+			events := h.events()
+			if tt.wantEvent == "" && len(events) > 0 || tt.wantEvent != "" && (len(events) != 1 || !strings.HasPrefix(events[0], tt.wantEvent)) {
+				t.Errorf("events = %q, want %q", events, tt.wantEvent)
+			}
+			if tt.failUpdate {
+				// The failed release is undone: a retry can still release.
+				if !h.p.attempts.release(tt.claim.UID) {
+					t.Error("the claim stayed released after a failed removal")
+				}
+			}
+		})
+	}
+	t.Run("claim not found", func(t *testing.T) {
+		h := newHarness(t, baseCaps(), nil)
+		if err := h.p.guardSync(h.ctx, "ns/none"); err != nil {
+			t.Errorf("guardSync = %v", err)
+		}
+		if err := h.p.guardSync(h.ctx, "a/b/c"); err != nil {
+			t.Errorf("guardSync(bad key) = %v", err)
+		}
+	})
+}
+
+// TestRunGuard runs the guard on live informers: a PV that appears for a
+// claim makes the guard remove the finalizer, a deleted claim is forgotten,
+// and RunGuard returns once its context is done.
+func TestRunGuard(t *testing.T) {
+	claim := newClaim("c").Finalizers(inflight.Finalizer).Obj()
+	other := newClaim("d").Finalizers(inflight.Finalizer).Obj()
+	fresh := testutil.NewPVC(testNS, "e").UID("uid-e").Class(testClass).Obj()
+	foreign := newClaim("f").Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj()
+	h := newHarness(t, baseCaps(), objs(claim, other, fresh, foreign), WithBinderEnabled(false))
+	h.p.attempts.final(other.UID)
+
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.p.RunGuard(ctx, 2)
+	}()
+
+	pv := testutil.NewPV(h.p.VolumeName(claim), testDriver).BoundTo(claim).Obj()
+	if _, err := h.client.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "finalizer removed after the PV appeared", func(ctx context.Context) (bool, error) {
+		c, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Get(ctx, "c", metav1.GetOptions{})
+		return err == nil && !inflight.Has(c), err
+	})
+	if err := h.client.CoreV1().PersistentVolumeClaims(testNS).Delete(t.Context(), "d", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "deleted claim forgotten", func(context.Context) (bool, error) {
+		h.p.attempts.mu.Lock()
+		defer h.p.attempts.mu.Unlock()
+		_, known := h.p.attempts.states[other.UID]
+		return !known, nil
+	})
+
+	// A claim seen without the finalizer that gets it (from the binder) and
+	// is deleted before any CreateVolume is released; a claim of another
+	// driver is not recorded.
+	testutil.Eventually(t, 0, "fresh claim recorded as clean", func(context.Context) (bool, error) {
+		h.p.attempts.mu.Lock()
+		defer h.p.attempts.mu.Unlock()
+		if _, known := h.p.attempts.states[foreign.UID]; known {
+			t.Error("claim of another driver recorded")
+		}
+		return h.p.attempts.states[fresh.UID] == attemptClean, nil
+	})
+	handed := fresh.DeepCopy()
+	handed.Annotations = map[string]string{storagehelpers.AnnStorageProvisioner: testDriver}
+	handed.Finalizers = []string{inflight.Finalizer}
+	now := metav1.Now()
+	handed.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), handed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "deleted claim released", func(ctx context.Context) (bool, error) {
+		c, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Get(ctx, "e", metav1.GetOptions{})
+		return err == nil && !inflight.Has(c), err
+	})
+
+	cancel()
+	<-done
+	if slices.Contains(h.writes(), "update persistentvolumeclaims") == false {
+		t.Error("no claim update recorded")
+	}
+}
+
+func TestLedger(t *testing.T) {
+	l := newLedger()
+	const uid = "u"
+	if l.release(uid) {
+		t.Error("an unknown claim was released")
+	}
+	l.observeClean(uid)
+	if !l.begin(uid) {
+		t.Fatal("begin refused")
+	}
+	l.observeClean(uid) // a stale observation must not hide the create
+	if l.release(uid) {
+		t.Error("released while a create is in flight")
+	}
+	l.final(uid)
+	if !l.release(uid) {
+		t.Fatal("not released after a final answer")
+	}
+	if l.begin(uid) {
+		t.Error("a create started after the release")
+	}
+	l.final(uid) // a late answer keeps the release
+	if l.begin(uid) {
+		t.Error("a late final answer undid the release")
+	}
+	l.unrelease(uid)
+	if !l.begin(uid) {
+		t.Error("begin refused after unrelease")
+	}
+	l.forget(uid)
+	l.observeClean(uid)
+	if !l.release(uid) {
+		t.Error("a claim seen clean was not released")
+	}
+}
+
+// TestChangeInflight covers the finalizer writes when the claim vanished or
+// was replaced by another claim of the same name.
+func TestChangeInflight(t *testing.T) {
+	claim := newClaim("c").Obj()
+	guarded := newClaim("c").Finalizers(inflight.Finalizer).Obj()
+	h := newHarness(t, baseCaps(), nil)
+	if err := h.p.addInflight(h.ctx, claim); !errors.Is(err, errClaimGone) {
+		t.Errorf("add to a missing claim = %v, want errClaimGone", err)
+	}
+	if err := h.p.removeInflight(h.ctx, guarded); err != nil {
+		t.Errorf("remove from a missing claim = %v, want nil", err)
+	}
+
+	replaced := testutil.NewPVC(testNS, "c").UID("uid-new").Finalizers(inflight.Finalizer).Obj()
+	h = newHarness(t, baseCaps(), objs(replaced))
+	h.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c", errors.New("stale"))
+	})
+	if err := h.p.addInflight(h.ctx, claim); !errors.Is(err, errClaimGone) {
+		t.Errorf("add after the claim was replaced = %v, want errClaimGone", err)
+	}
+	if err := h.p.removeInflight(h.ctx, guarded); err != nil {
+		t.Errorf("remove after the claim was replaced = %v, want nil", err)
+	}
+	if !inflight.Has(h.liveClaim(replaced)) {
+		t.Error("the finalizer of the new claim was removed")
+	}
+}

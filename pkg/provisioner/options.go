@@ -1,0 +1,180 @@
+package provisioner
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the options, in one place. Each maps an upstream
+// external-provisioner flag of the same meaning.
+const (
+	// DefaultVolumeNamePrefix is --volume-name-prefix.
+	DefaultVolumeNamePrefix = "pvc"
+	// DefaultVolumeNameUUIDLength is --volume-name-uuid-length: -1 keeps the
+	// claim UID whole, with its dashes.
+	DefaultVolumeNameUUIDLength = -1
+	// DefaultImmediateTopology is --immediate-topology.
+	DefaultImmediateTopology = true
+	// DefaultVolumeAttributesClass is the VolumeAttributesClass feature gate.
+	DefaultVolumeAttributesClass = true
+	// DefaultBinderEnabled says whether this product's own binder runs. It
+	// only changes when the in-flight guard removes its finalizer (see the
+	// package documentation); either value is safe.
+	DefaultBinderEnabled = true
+
+	// FieldManager is the field manager of every write of the provisioner.
+	FieldManager = "csi-provisioner"
+	// EventSourceComponent is the source component of the events the
+	// provisioner posts when it is given no recorder; upstream's name.
+	EventSourceComponent = "external-provisioner"
+
+	// maxUUIDLength is the number of hex digits of a UID without dashes.
+	maxUUIDLength = 32
+)
+
+// Option configures [New].
+type Option func(*config)
+
+type config struct {
+	volumeNamePrefix          string
+	volumeNameUUIDLength      int
+	defaultFSType             string
+	extraCreateMetadata       bool
+	strictTopology            bool
+	immediateTopology         bool
+	controllerPublishReadOnly bool
+	identity                  string
+	identitySet               bool
+	recorder                  record.EventRecorder
+	binderEnabled             bool
+	volumeAttributesClass     bool
+	clock                     clock.Clock
+}
+
+func defaultConfig() config {
+	return config{
+		volumeNamePrefix:      DefaultVolumeNamePrefix,
+		volumeNameUUIDLength:  DefaultVolumeNameUUIDLength,
+		immediateTopology:     DefaultImmediateTopology,
+		binderEnabled:         DefaultBinderEnabled,
+		volumeAttributesClass: DefaultVolumeAttributesClass,
+		clock:                 clock.RealClock{},
+	}
+}
+
+// validate checks the options and fills in the defaults that depend on
+// other settings (the identity needs the clock and the driver name).
+func (c *config) validate(driverName string) error {
+	var errs []error
+	if c.volumeNamePrefix == "" {
+		errs = append(errs, errors.New("volume name prefix must not be empty"))
+	} else if msgs := validation.IsDNS1123Subdomain(c.volumeNamePrefix + "-0"); len(msgs) > 0 {
+		// The prefix is the start of every PV name.
+		errs = append(errs, fmt.Errorf("volume name prefix %q does not start a valid PersistentVolume name: %s", c.volumeNamePrefix, strings.Join(msgs, "; ")))
+	}
+	if c.volumeNameUUIDLength != -1 && (c.volumeNameUUIDLength < 1 || c.volumeNameUUIDLength > maxUUIDLength) {
+		errs = append(errs, fmt.Errorf("volume name UUID length must be -1 (the whole UID) or between 1 and %d, got %d", maxUUIDLength, c.volumeNameUUIDLength))
+	}
+	if c.clock == nil {
+		errs = append(errs, errors.New("clock must not be nil"))
+	}
+	if c.identitySet && c.identity == "" {
+		errs = append(errs, errors.New("provisioner identity must not be empty"))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if !c.identitySet {
+		// Upstream's form: <unix ms>-<random 0..9999>-<driver>.
+		c.identity = fmt.Sprintf("%d-%d-%s", c.clock.Now().UnixMilli(), rand.IntN(10000), driverName)
+	}
+	return nil
+}
+
+// WithVolumeNamePrefix sets the prefix of PV and CSI volume names
+// (--volume-name-prefix, default "pvc"). It must not be empty.
+func WithVolumeNamePrefix(prefix string) Option {
+	return func(c *config) { c.volumeNamePrefix = prefix }
+}
+
+// WithVolumeNameUUIDLength sets how much of the claim UID goes into volume
+// names (--volume-name-uuid-length, default -1): -1 keeps the UID with its
+// dashes; 1..32 removes the dashes and keeps that many characters.
+func WithVolumeNameUUIDLength(n int) Option {
+	return func(c *config) { c.volumeNameUUIDLength = n }
+}
+
+// WithDefaultFSType sets the filesystem used when the class names none
+// (--default-fstype, default none).
+func WithDefaultFSType(fsType string) Option {
+	return func(c *config) { c.defaultFSType = fsType }
+}
+
+// WithExtraCreateMetadata adds the claim name and namespace and the PV name
+// to the CreateVolume parameters (--extra-create-metadata, default false).
+func WithExtraCreateMetadata(on bool) Option {
+	return func(c *config) { c.extraCreateMetadata = on }
+}
+
+// WithStrictTopology limits a late-bound volume's topology to the selected
+// node's (--strict-topology, default false).
+func WithStrictTopology(on bool) Option {
+	return func(c *config) { c.strictTopology = on }
+}
+
+// WithImmediateTopology sends the aggregated cluster topology for
+// immediate-binding claims whose class has no allowedTopologies
+// (--immediate-topology, default true). With false, such requests carry no
+// accessibility requirements.
+func WithImmediateTopology(on bool) Option {
+	return func(c *config) { c.immediateTopology = on }
+}
+
+// WithControllerPublishReadOnly marks the PV of a claim whose only access
+// mode is ReadOnlyMany as read-only (--controller-publish-readonly, default
+// false).
+func WithControllerPublishReadOnly(on bool) Option {
+	return func(c *config) { c.controllerPublishReadOnly = on }
+}
+
+// WithIdentity sets the value of the storage.kubernetes.io/csiProvisionerIdentity
+// volume attribute of every PV. Default: "<unix ms>-<random 0..9999>-<driver>",
+// as upstream.
+func WithIdentity(id string) Option {
+	return func(c *config) { c.identity, c.identitySet = id, true }
+}
+
+// WithEventRecorder sets where events go. The recorder is wrapped in an
+// events.Deduplicator unless it already is one, so that a cause seen on
+// every retry is reported once. Without this option the provisioner posts
+// events to the API server with source component [EventSourceComponent]
+// while [Provisioner.RunGuard] runs.
+func WithEventRecorder(r record.EventRecorder) Option {
+	return func(c *config) { c.recorder = r }
+}
+
+// WithBinderEnabled says whether this product's binder runs (default true).
+// With false, the in-flight guard removes its finalizer as soon as the
+// provisioned PV exists instead of waiting for the claim to be bound.
+func WithBinderEnabled(on bool) Option {
+	return func(c *config) { c.binderEnabled = on }
+}
+
+// WithVolumeAttributesClass is the VolumeAttributesClass feature gate
+// (default true). With false, a claim's volumeAttributesClassName is
+// ignored.
+func WithVolumeAttributesClass(on bool) Option {
+	return func(c *config) { c.volumeAttributesClass = on }
+}
+
+// WithClock replaces the real clock (tests). It is used for the default
+// identity.
+func WithClock(clk clock.Clock) Option {
+	return func(c *config) { c.clock = clk }
+}

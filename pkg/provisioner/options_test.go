@@ -1,0 +1,189 @@
+package provisioner
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+)
+
+func TestNewValidation(t *testing.T) {
+	tests := []struct {
+		name    string
+		caps    csiclient.Capabilities
+		opts    []Option
+		wantErr string // substring; "" for success
+	}{
+		{name: "defaults", caps: baseCaps()},
+		{name: "uuid length 32", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(32)}},
+		{name: "uuid length 1", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(1)}},
+		{name: "empty prefix", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix("")}, wantErr: "volume name prefix must not be empty"},
+		{name: "prefix not a name", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix("Bad_Prefix")}, wantErr: "does not start a valid PersistentVolume name"},
+		{name: "uuid length 33", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(33)}, wantErr: "between 1 and 32, got 33"},
+		{name: "uuid length 0", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(0)}, wantErr: "got 0"},
+		{name: "uuid length -2", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(-2)}, wantErr: "got -2"},
+		{name: "empty identity", caps: baseCaps(), opts: []Option{WithIdentity("")}, wantErr: "identity must not be empty"},
+		{name: "nil clock", caps: baseCaps(), opts: []Option{WithClock(nil)}, wantErr: "clock must not be nil"},
+		{name: "driver without name", caps: csiclient.Capabilities{}, wantErr: "reports no name"},
+		{
+			name: "all errors joined", caps: baseCaps(),
+			opts:    []Option{WithVolumeNamePrefix(""), WithVolumeNameUUIDLength(40)},
+			wantErr: "volume name prefix must not be empty\nvolume name UUID length",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			_, err := New(client, &fakeDriver{caps: tt.caps}, informers.NewSharedInformerFactory(client, 0), tt.opts...)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("New error = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestNewNilArguments(t *testing.T) {
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	driver := &fakeDriver{caps: baseCaps()}
+	if _, err := New(nil, driver, factory); err == nil {
+		t.Error("New with nil client succeeded")
+	}
+	if _, err := New(client, nil, factory); err == nil {
+		t.Error("New with nil driver succeeded")
+	}
+	if _, err := New(client, driver, nil); err == nil {
+		t.Error("New with nil factory succeeded")
+	}
+}
+
+// TestNewInformers checks which informers New registers on the factory.
+func TestNewInformers(t *testing.T) {
+	tests := []struct {
+		name string
+		caps func(*csiclient.Capabilities)
+		want []string
+	}{
+		{name: "no topology, no attach", caps: func(*csiclient.Capabilities) {}, want: []string{"*v1.PersistentVolume", "*v1.PersistentVolumeClaim", "*v1.StorageClass"}},
+		{
+			name: "topology", caps: func(c *csiclient.Capabilities) { c.VolumeAccessibility = true },
+			want: []string{"*v1.CSINode", "*v1.Node", "*v1.PersistentVolume", "*v1.PersistentVolumeClaim", "*v1.StorageClass"},
+		},
+		{
+			name: "publish", caps: func(c *csiclient.Capabilities) { c.PublishUnpublish = true },
+			want: []string{"*v1.PersistentVolume", "*v1.PersistentVolumeClaim", "*v1.StorageClass", "*v1.VolumeAttachment"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caps := baseCaps()
+			tt.caps(&caps)
+			client := fake.NewClientset()
+			factory := informers.NewSharedInformerFactory(client, 0)
+			if _, err := New(client, &fakeDriver{caps: caps}, factory); err != nil {
+				t.Fatal(err)
+			}
+			factory.Start(t.Context().Done())
+			t.Cleanup(factory.Shutdown)
+			var got []string
+			for typ, ok := range factory.WaitForCacheSync(t.Context().Done()) {
+				if !ok {
+					t.Fatalf("%v did not sync", typ)
+				}
+				got = append(got, typ.String())
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("informers = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaultIdentity(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.UnixMilli(1700000000123))
+	client := fake.NewClientset()
+	p, err := New(client, &fakeDriver{caps: baseCaps()}, informers.NewSharedInformerFactory(client, 0), WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re := regexp.MustCompile(`^1700000000123-\d{1,4}-` + regexp.QuoteMeta(testDriver) + `$`); !re.MatchString(p.Identity()) {
+		t.Errorf("identity = %q, want <ms>-<0..9999>-<driver>", p.Identity())
+	}
+}
+
+func TestVolumeName(t *testing.T) {
+	const uid = "3a6f1c1e-5b8d-4f4e-9c2b-0d8e7f6a5b4c"
+	tests := []struct {
+		name   string
+		prefix string
+		length int
+		want   string
+	}{
+		{name: "defaults", prefix: "pvc", length: -1, want: "pvc-" + uid},
+		{name: "prefix", prefix: "test", length: -1, want: "test-" + uid},
+		{name: "truncated without dashes", prefix: "pvc", length: 5, want: "pvc-3a6f1"},
+		{name: "whole without dashes", prefix: "pvc", length: 32, want: "pvc-3a6f1c1e5b8d4f4e9c2b0d8e7f6a5b4c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			p, err := New(client, &fakeDriver{caps: baseCaps()}, informers.NewSharedInformerFactory(client, 0),
+				WithVolumeNamePrefix(tt.prefix), WithVolumeNameUUIDLength(tt.length))
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim := testutil.NewPVC(testNS, "c").UID(uid).Obj()
+			if got := p.VolumeName(claim); got != tt.want {
+				t.Errorf("VolumeName = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	t.Run("short uid", func(t *testing.T) {
+		client := fake.NewClientset()
+		p, err := New(client, &fakeDriver{caps: baseCaps()}, informers.NewSharedInformerFactory(client, 0), WithVolumeNameUUIDLength(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim := &corev1.PersistentVolumeClaim{}
+		claim.UID = types.UID("a-b")
+		if got := p.VolumeName(claim); got != "pvc-ab" {
+			t.Errorf("VolumeName = %q, want pvc-ab", got)
+		}
+	})
+}
+
+func TestSupportsBlock(t *testing.T) {
+	h := newHarness(t, baseCaps(), nil)
+	if !h.p.SupportsBlock(t.Context()) {
+		t.Error("SupportsBlock = false")
+	}
+}
+
+// objs is a shorthand for the objects of a harness.
+func objs(o ...runtime.Object) []runtime.Object { return o }
+
+// volumeAttributesClass is a VAC of driver.
+func volumeAttributesClass(name, driver string, params map[string]string) *storagev1.VolumeAttributesClass {
+	v := &storagev1.VolumeAttributesClass{DriverName: driver, Parameters: params}
+	v.Name = name
+	return v
+}

@@ -1,0 +1,205 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// cleanupAttempts is how many DeleteVolume calls remove a volume that was
+// created too small, as upstream.
+const cleanupAttempts = 5
+
+// Provision creates the volume for opts.PVC with CreateVolume and returns
+// the PV that records it. The library calls it again after any error; the
+// returned state tells it whether a create may still be running:
+//
+//   - ProvisioningInBackground: the driver may still be creating the volume
+//     (timeout, Unavailable, Aborted, ...; a volume smaller than requested
+//     that could not be removed). The next call repeats the identical
+//     request.
+//   - ProvisioningFinished: nothing is in progress (a final answer of the
+//     driver, or a request that cannot be valid). An InvalidArgument answer
+//     keeps its gRPC code, for the library's slow retry.
+//   - ProvisioningReschedule: the driver cannot create the volume on the
+//     selected node, or that node is gone; the library asks the scheduler
+//     for another node.
+//   - ProvisioningNoChange: the call failed before reaching the driver.
+//
+// Before the first CreateVolume for a claim the in-flight finalizer is
+// persisted on it (see the package documentation); no CreateVolume is sent
+// without it, and none for a claim being deleted that lacks it. For a claim
+// being deleted, a final answer removes the finalizer.
+func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	claim, class := opts.PVC, opts.StorageClass
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+
+	if !p.annotatedForUs(claim) {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{
+			Reason: fmt.Sprintf("PVC is not annotated for provisioner %s", p.name),
+		}
+	}
+	if claim.DeletionTimestamp != nil && !inflight.Has(claim) {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: msgClaimDeletingNoInflight}
+	}
+
+	pl, state, err := p.prepare(ctx, claim, class, opts.SelectedNodeName, false)
+	if err != nil {
+		if state == controller.ProvisioningReschedule {
+			p.topologies.drop(claim.UID)
+		}
+		logger.V(2).Info("Volume not provisioned", "state", state, "err", err)
+		if claim.DeletionTimestamp != nil && !isIgnoredError(err) {
+			// Release the claim if nothing is in flight for it; otherwise
+			// say why it stays.
+			released, relErr := p.releaseIfDeleting(ctx, claim)
+			if relErr != nil {
+				logger.Error(relErr, "Could not remove the in-flight finalizer")
+			}
+			if !released {
+				err = fmt.Errorf("claim is being deleted but keeps finalizer %s until CreateVolume confirms whether a volume exists: %w", inflight.Finalizer, err)
+			}
+		}
+		return nil, state, err
+	}
+
+	// The informer's copy is newer than the library's, which may be the copy
+	// it kept when the claim was last seen in progress.
+	cur, err := p.claims.PersistentVolumeClaims(claim.Namespace).Get(claim.Name)
+	if err != nil || cur.UID != claim.UID {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim no longer exists"}
+	}
+	if !inflight.Has(cur) {
+		p.attempts.observeClean(cur.UID)
+	}
+	if err := p.addInflight(ctx, cur); err != nil {
+		if errors.Is(err, errClaimGone) {
+			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: msgClaimDeletingNoInflight}
+		}
+		return nil, controller.ProvisioningNoChange, fmt.Errorf("add finalizer %s before CreateVolume: %w", inflight.Finalizer, err)
+	}
+	if !p.attempts.begin(claim.UID) {
+		// The guard released the claim after a final answer: it is being
+		// deleted or bound elsewhere.
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim was released after a final CreateVolume answer"}
+	}
+	if p.caps.VolumeAccessibility && !pl.topologyCached {
+		p.topologies.put(claim.UID, pl.req.GetAccessibilityRequirements())
+	}
+
+	vol, err := p.driver.CreateVolume(ctx, pl.req)
+	if err != nil {
+		state, err := p.createFailed(ctx, claim, opts.SelectedNodeName, err)
+		logger.V(2).Info("Volume not provisioned", "volumeName", pl.req.GetName(), "state", state, "code", csiclient.Code(err), "err", err, "duration", time.Since(start))
+		return nil, state, err
+	}
+
+	requested := pl.req.GetCapacityRange().GetRequiredBytes()
+	capacity := vol.GetCapacityBytes()
+	switch {
+	case capacity == 0:
+		// CSI allows "unknown"; the API server does not.
+		logger.V(4).Info("Driver reported capacity 0, using the requested size", "bytes", requested)
+		capacity = requested
+	case capacity < requested:
+		return p.tooSmall(ctx, claim, pl, vol, requested)
+	}
+
+	pv := p.persistentVolume(claim, class, pl, vol, capacity)
+	p.topologies.drop(claim.UID)
+	p.attempts.forget(claim.UID)
+	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
+	return pv, controller.ProvisioningFinished, nil
+}
+
+// createFailed maps a CreateVolume error to the library's state with
+// csiclient.Classify and does the bookkeeping of a final answer.
+func (p *Provisioner) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, selected string, err error) (controller.ProvisioningState, error) {
+	class := csiclient.Classify(err, p.caps.VolumeAccessibility && selected != "")
+	if class == csiclient.InProgress {
+		return controller.ProvisioningInBackground, err
+	}
+	state := controller.ProvisioningFinished
+	if class == csiclient.Reschedule {
+		state = controller.ProvisioningReschedule
+	}
+	p.topologies.drop(claim.UID)
+	if csiclient.Code(err) == codes.AlreadyExists {
+		// Final for the library (as upstream), but a volume of this name
+		// does exist, with other parameters: the claim must keep its
+		// finalizer.
+		if claim.DeletionTimestamp != nil {
+			err = fmt.Errorf("claim is being deleted but keeps finalizer %s: volume %s exists in the driver with other parameters; delete it there, then remove the finalizer: %w", inflight.Finalizer, p.VolumeName(claim), err)
+		}
+		return state, err
+	}
+	p.attempts.final(claim.UID)
+	if _, err := p.releaseIfDeleting(ctx, claim); err != nil {
+		klog.FromContext(ctx).Error(err, "Could not remove the in-flight finalizer after a final CreateVolume answer; the guard retries")
+	}
+	return state, err
+}
+
+// releaseIfDeleting removes the in-flight finalizer from claim after a final
+// answer when the claim is being deleted: no volume exists and none will be
+// created. The claim's current state is taken from the informer when it is
+// newer than the library's copy.
+func (p *Provisioner) releaseIfDeleting(ctx context.Context, claim *corev1.PersistentVolumeClaim) (bool, error) {
+	if claim.DeletionTimestamp == nil {
+		cur, err := p.claims.PersistentVolumeClaims(claim.Namespace).Get(claim.Name)
+		if err != nil || cur.UID != claim.UID || cur.DeletionTimestamp == nil {
+			return false, nil
+		}
+		claim = cur
+	}
+	return p.releaseIdle(ctx, claim)
+}
+
+// tooSmall handles a created volume smaller than requested: it is deleted
+// again (never recorded in a PV) and the error is not final
+// (ProvisioningInBackground, as upstream), so the library retries. When the
+// delete succeeded and the claim is being deleted, the claim is released
+// and the state is ProvisioningFinished.
+func (p *Provisioner) tooSmall(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, requested int64) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	logger := klog.FromContext(ctx)
+	capErr := fmt.Errorf("created volume capacity %v less than requested capacity %v", vol.GetCapacityBytes(), requested)
+	req := &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: pl.req.GetSecrets()}
+	var err error
+	for range cleanupAttempts {
+		if err = p.driver.DeleteVolume(ctx, req); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		logger.Error(err, "Could not delete a volume created smaller than requested", "volumeID", vol.GetVolumeId())
+		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %w", capErr, pl.req.GetName(), err)
+	}
+	logger.V(2).Info("Deleted a volume created smaller than requested", "volumeID", vol.GetVolumeId(), "bytes", vol.GetCapacityBytes(), "requested", requested)
+	p.attempts.final(claim.UID)
+	released, err := p.releaseIfDeleting(ctx, claim)
+	if err != nil {
+		logger.Error(err, "Could not remove the in-flight finalizer after deleting the too small volume; the guard retries")
+	}
+	if released {
+		// Nothing exists and the claim is going away: stop retrying.
+		return nil, controller.ProvisioningFinished, capErr
+	}
+	return nil, controller.ProvisioningInBackground, capErr
+}
+
+func isIgnoredError(err error) bool {
+	var ignored *controller.IgnoredError
+	return errors.As(err, &ignored)
+}

@@ -1,0 +1,450 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// TestProvisionErrorHandling is upstream's table: every gRPC error code of
+// CreateVolume, with topology on and off, with and without a selected node.
+func TestProvisionErrorHandling(t *testing.T) {
+	for code := codes.Canceled; code <= codes.Unauthenticated; code++ {
+		for _, topology := range []bool{false, true} {
+			for _, selected := range []bool{false, true} {
+				name := fmt.Sprintf("%s/topology=%v/selected=%v", code, topology, selected)
+				t.Run(name, func(t *testing.T) {
+					want := controller.ProvisioningFinished
+					switch code {
+					case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.Aborted:
+						want = controller.ProvisioningInBackground
+					case codes.ResourceExhausted:
+						if topology && selected {
+							want = controller.ProvisioningReschedule
+						}
+					}
+					caps := baseCaps()
+					if topology {
+						caps = topologyCaps()
+					}
+					b := newClaim("c").Finalizers(inflight.Finalizer)
+					class := newClass().Obj()
+					if selected {
+						b.Annotation(storagehelpers.AnnSelectedNode, "n1")
+						class = newClass().WaitForFirstConsumer().Obj()
+					}
+					claim := b.Obj()
+					h := newHarness(t, caps, append(cluster(), claim, class))
+					h.driver.createAnswers = []createAnswer{{err: csiErr(code)}}
+
+					pv, state, err := h.provision(claim, class)
+					if pv != nil || state != want {
+						t.Fatalf("Provision = %v, %v, %v; want state %v", pv != nil, state, err, want)
+					}
+					if st, ok := status.FromError(err); !ok || st.Code() != code {
+						t.Errorf("error %v does not carry code %v for the library", err, code)
+					}
+					_, cached := h.p.topologies.get(claim.UID)
+					if wantCached := topology && want == controller.ProvisioningInBackground; cached != wantCached {
+						t.Errorf("topology cached = %v, want %v", cached, wantCached)
+					}
+				})
+			}
+		}
+	}
+	for _, err := range []error{errors.New("connection refused"), &csiclient.Error{Method: "CreateVolume", Err: context.DeadlineExceeded}} {
+		t.Run("not a gRPC status: "+err.Error(), func(t *testing.T) {
+			claim, class := newClaim("c").Finalizers(inflight.Finalizer).Obj(), newClass().Obj()
+			h := newHarness(t, baseCaps(), objs(claim, class))
+			h.driver.createAnswers = []createAnswer{{err: err}}
+			if _, state, _ := h.provision(claim, class); state != controller.ProvisioningInBackground {
+				t.Errorf("state = %v, want InBackground", state)
+			}
+		})
+	}
+}
+
+// TestCapacity covers the response capacity: 0 means the requested size; a
+// volume smaller than requested is deleted again and never gets a PV.
+func TestCapacity(t *testing.T) {
+	tests := []struct {
+		name       string
+		deleting   bool
+		capacity   int64
+		deleteErrs []error
+		wantPV     string
+		wantState  controller.ProvisioningState
+		wantErr    string
+		wantDelete int
+	}{
+		{name: "zero is the requested size", capacity: 0, wantPV: "1Gi", wantState: controller.ProvisioningFinished},
+		{name: "larger", capacity: 2 * gi, wantPV: "2Gi", wantState: controller.ProvisioningFinished},
+		{
+			name: "smaller: deleted, not final", capacity: 1024, wantState: controller.ProvisioningInBackground,
+			wantErr: "created volume capacity 1024 less than requested capacity 1073741824", wantDelete: 1,
+		},
+		{
+			name: "smaller and the cleanup fails", capacity: 1024, wantState: controller.ProvisioningInBackground,
+			deleteErrs: []error{csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal)},
+			wantErr:    "Cleanup of volume pvc-uid-c failed, volume is orphaned", wantDelete: 5,
+		},
+		{
+			name: "smaller for a claim being deleted: released", deleting: true, capacity: 1024,
+			wantState: controller.ProvisioningFinished, wantErr: "less than requested capacity", wantDelete: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newClaim("c").Finalizers(inflight.Finalizer)
+			if tt.deleting {
+				b.Deleted()
+			}
+			claim := b.Obj()
+			class := newClass().Param(provisionerSecret.nameKey, "s").Param(provisionerSecret.namespaceKey, testNS).Obj()
+			h := newHarness(t, baseCaps(), objs(claim, class, secret(testNS, "s", map[string]string{"k": "v"})))
+			h.driver.createAnswers = []createAnswer{{vol: &csi.Volume{VolumeId: "vol-1", CapacityBytes: tt.capacity}}}
+			h.driver.deleteErrs = tt.deleteErrs
+
+			pv, state, err := h.provision(claim, class)
+			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
+				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)
+			}
+			if tt.wantPV != "" {
+				if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Cmp(resource.MustParse(tt.wantPV)) != 0 {
+					t.Errorf("PV capacity = %v, want %v", got.String(), tt.wantPV)
+				}
+			} else if pv != nil {
+				t.Error("got a PV for a volume smaller than requested")
+			}
+			deletes := h.driver.deleteCalls()
+			if len(deletes) != tt.wantDelete {
+				t.Fatalf("DeleteVolume calls = %d, want %d", len(deletes), tt.wantDelete)
+			}
+			for _, d := range deletes {
+				if d.GetVolumeId() != "vol-1" || d.GetSecrets()["k"] != "v" {
+					t.Errorf("DeleteVolume request = %v", d)
+				}
+			}
+			if got := inflight.Has(h.liveClaim(claim)); got == tt.deleting {
+				t.Errorf("finalizer present = %v, want %v", got, !tt.deleting)
+			}
+		})
+	}
+}
+
+// TestInflightFinalizer covers the crash-safety protocol in Provision: the
+// finalizer is persisted before the first CreateVolume with a live update,
+// never skipped, and removed after a final answer for a claim being
+// deleted.
+func TestInflightFinalizer(t *testing.T) {
+	claimGVR := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	tests := []struct {
+		name       string
+		claim      func() *corev1.PersistentVolumeClaim
+		libCopy    func(*corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim // what the library passes
+		notInCache bool
+		answer     error
+		caps       func(h *harness)
+		setup      func(t *testing.T, h *harness, claim *corev1.PersistentVolumeClaim)
+		wantState  controller.ProvisioningState
+		wantErr    string
+		wantIgnore bool
+		wantCreate bool
+		wantWrites []string
+		wantFinal  bool // finalizer on the live claim afterwards
+	}{
+		{
+			name: "added with a live update before CreateVolume", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Obj() },
+			wantState: controller.ProvisioningFinished, wantCreate: true, wantWrites: []string{"update persistentvolumeclaims"}, wantFinal: true,
+		},
+		{
+			name: "already present: no write", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Finalizers(inflight.Finalizer).Obj() },
+			wantState: controller.ProvisioningFinished, wantCreate: true, wantFinal: true,
+		},
+		{
+			name: "update fails: no CreateVolume", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Obj() },
+			setup: func(_ *testing.T, h *harness, _ *corev1.PersistentVolumeClaim) {
+				h.failOn("update", "persistentvolumeclaims", apierrors.NewInternalError(errors.New("etcd down")))
+			},
+			wantState: controller.ProvisioningNoChange, wantErr: "add finalizer " + inflight.Finalizer + " before CreateVolume",
+			wantWrites: []string{"update persistentvolumeclaims"},
+		},
+		{
+			name: "conflict and the live claim has it: no second write", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Obj() },
+			setup: func(t *testing.T, h *harness, claim *corev1.PersistentVolumeClaim) {
+				first := true
+				h.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+					if !first {
+						t.Error("second update after the conflict")
+						return false, nil, nil
+					}
+					first = false
+					// Another writer (the binder) added it meanwhile.
+					live := claim.DeepCopy()
+					live.Finalizers = []string{inflight.Finalizer}
+					if err := h.client.Tracker().Update(claimGVR, live, live.Namespace); err != nil {
+						t.Error(err)
+					}
+					return true, nil, apierrors.NewConflict(claimGVR.GroupResource(), claim.Name, errors.New("stale"))
+				})
+			},
+			wantState: controller.ProvisioningFinished, wantCreate: true, wantWrites: []string{"update persistentvolumeclaims"}, wantFinal: true,
+		},
+		{
+			name: "refused because the claim started being deleted", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Obj() },
+			setup: func(t *testing.T, h *harness, claim *corev1.PersistentVolumeClaim) {
+				h.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+					live := claim.DeepCopy()
+					now := metav1.Now()
+					live.DeletionTimestamp = &now
+					if err := h.client.Tracker().Update(claimGVR, live, live.Namespace); err != nil {
+						t.Error(err)
+					}
+					return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "PersistentVolumeClaim"}, claim.Name, nil)
+				})
+			},
+			wantState: controller.ProvisioningFinished, wantIgnore: true, wantWrites: []string{"update persistentvolumeclaims"},
+		},
+		{
+			name: "being deleted without it: never created", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Deleted().Obj() },
+			wantState: controller.ProvisioningFinished, wantIgnore: true,
+		},
+		{
+			name:  "the library's copy has it but the current claim does not and is being deleted",
+			claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Deleted().Obj() },
+			libCopy: func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+				c = c.DeepCopy()
+				inflight.Add(c)
+				return c
+			},
+			wantState: controller.ProvisioningFinished, wantIgnore: true,
+		},
+		{
+			name: "claim gone from the informer", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Finalizers(inflight.Finalizer).Obj() },
+			notInCache: true, wantState: controller.ProvisioningFinished, wantIgnore: true, wantFinal: true,
+		},
+		{
+			name: "being deleted, final answer: removed", claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+			},
+			answer: csiErr(codes.Internal), wantState: controller.ProvisioningFinished, wantErr: "mock Internal", wantCreate: true,
+			wantWrites: []string{"update persistentvolumeclaims"},
+		},
+		{
+			name: "being deleted, infeasible answer: removed", claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+			},
+			answer: csiErr(codes.InvalidArgument), wantState: controller.ProvisioningFinished, wantErr: "mock InvalidArgument", wantCreate: true,
+			wantWrites: []string{"update persistentvolumeclaims"},
+		},
+		{
+			name: "being deleted since the library's copy, final answer: removed",
+			claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+			},
+			libCopy: func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+				c = c.DeepCopy()
+				c.DeletionTimestamp = nil
+				return c
+			},
+			answer: csiErr(codes.NotFound), wantState: controller.ProvisioningFinished, wantErr: "mock NotFound", wantCreate: true,
+			wantWrites: []string{"update persistentvolumeclaims"},
+		},
+		{
+			name: "being deleted, in progress: kept", claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+			},
+			answer: csiErr(codes.DeadlineExceeded), wantState: controller.ProvisioningInBackground, wantErr: "mock DeadlineExceeded", wantCreate: true, wantFinal: true,
+		},
+		{
+			name: "being deleted, AlreadyExists: kept, with the reason", claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+			},
+			answer: csiErr(codes.AlreadyExists), wantState: controller.ProvisioningFinished, wantErr: "volume pvc-uid-c exists in the driver with other parameters",
+			wantCreate: true, wantFinal: true,
+		},
+		{
+			name: "not being deleted, final answer: kept", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Finalizers(inflight.Finalizer).Obj() },
+			answer: csiErr(codes.Internal), wantState: controller.ProvisioningFinished, wantErr: "mock Internal", wantCreate: true, wantFinal: true,
+		},
+		{
+			name: "released by the guard: no CreateVolume", claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+			},
+			setup: func(_ *testing.T, h *harness, claim *corev1.PersistentVolumeClaim) {
+				h.p.attempts.final(claim.UID)
+				h.p.attempts.release(claim.UID)
+			},
+			wantState: controller.ProvisioningFinished, wantIgnore: true, wantFinal: true,
+		},
+		{
+			name: "being deleted, request cannot be built, nothing sent since seen clean: released",
+			claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Selector(map[string]string{"a": "b"}).Obj()
+			},
+			setup: func(_ *testing.T, h *harness, claim *corev1.PersistentVolumeClaim) {
+				h.p.attempts.observeClean(claim.UID)
+			},
+			wantState: controller.ProvisioningFinished, wantErr: "claim Selector is not supported",
+			wantWrites: []string{"update persistentvolumeclaims"},
+		},
+		{
+			name: "being deleted, request cannot be built: kept, with the reason",
+			claim: func() *corev1.PersistentVolumeClaim {
+				return newClaim("c").Finalizers(inflight.Finalizer).Deleted().Selector(map[string]string{"a": "b"}).Obj()
+			},
+			wantState: controller.ProvisioningFinished, wantErr: "claim is being deleted but keeps finalizer", wantFinal: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim := tt.claim()
+			class := newClass().Obj()
+			o := objs(class)
+			if !tt.notInCache {
+				o = append(o, claim)
+			}
+			h := newHarness(t, baseCaps(), o)
+			if tt.notInCache {
+				// The API server still has it; the informer no longer does.
+				if err := h.client.Tracker().Add(claim); err != nil {
+					t.Fatal(err)
+				}
+				h.client.ClearActions()
+			}
+			if tt.answer != nil {
+				h.driver.createAnswers = []createAnswer{{err: tt.answer}}
+			}
+			if tt.setup != nil {
+				tt.setup(t, h, claim)
+			}
+			h.driver.onCreate = func(*csi.CreateVolumeRequest) {
+				if live := h.liveClaim(claim); !inflight.Has(live) {
+					t.Error("CreateVolume sent while the claim lacks the in-flight finalizer")
+				}
+			}
+			lib := claim
+			if tt.libCopy != nil {
+				lib = tt.libCopy(claim)
+			}
+			_, state, err := h.provision(lib, class)
+			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || isIgnored(err) != tt.wantIgnore {
+				t.Errorf("Provision = %v, %q (ignored %v); want %v, %q (ignored %v)", state, errString(err), isIgnored(err), tt.wantState, tt.wantErr, tt.wantIgnore)
+			}
+			if got := len(h.driver.createCalls()) > 0; got != tt.wantCreate {
+				t.Errorf("CreateVolume sent = %v, want %v", got, tt.wantCreate)
+			}
+			if got := h.writes(); !slices.Equal(got, tt.wantWrites) {
+				t.Errorf("writes = %v, want %v", got, tt.wantWrites)
+			}
+			for _, a := range h.client.Actions() {
+				if u, ok := a.(k8stesting.UpdateActionImpl); ok && u.UpdateOptions.FieldManager != FieldManager {
+					t.Errorf("update with field manager %q", u.UpdateOptions.FieldManager)
+				}
+			}
+			if got := inflight.Has(h.liveClaim(claim)); got != tt.wantFinal {
+				t.Errorf("finalizer on the live claim = %v, want %v", got, tt.wantFinal)
+			}
+		})
+	}
+}
+
+func TestProvisionOtherDriver(t *testing.T) {
+	claim := newClaim("c").Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj()
+	class := newClass().Obj()
+	h := newHarness(t, baseCaps(), objs(claim, class))
+	if _, _, err := h.provision(claim, class); !isIgnored(err) {
+		t.Errorf("error = %v, want IgnoredError", err)
+	}
+}
+
+// TestShouldProvision covers the Qualifier, including claims being deleted,
+// and the Warning events for what the library is silent about.
+func TestShouldProvision(t *testing.T) {
+	tests := []struct {
+		name      string
+		claim     *corev1.PersistentVolumeClaim
+		want      bool
+		wantEvent string
+	}{
+		{name: "annotated", claim: newClaim("c").Obj(), want: true},
+		{
+			name: "beta annotation only", want: true,
+			claim: func() *corev1.PersistentVolumeClaim {
+				c := newClaim("c").Annotation(storagehelpers.AnnBetaStorageProvisioner, testDriver).Obj()
+				delete(c.Annotations, storagehelpers.AnnStorageProvisioner)
+				return c
+			}(),
+		},
+		{
+			name:  "GA annotation names another driver",
+			claim: newClaim("c").Annotation(storagehelpers.AnnStorageProvisioner, "other").Annotation(storagehelpers.AnnBetaStorageProvisioner, testDriver).Obj(),
+		},
+		{name: "not annotated", claim: unannotatedClaim("c")},
+		{name: "bound", claim: newClaim("c").VolumeName("pv").Obj()},
+		{name: "being deleted without the finalizer", claim: newClaim("c").Deleted().Obj()},
+		{name: "being deleted with the finalizer", claim: newClaim("c").Deleted().Finalizers(inflight.Finalizer).Obj(), want: true},
+		{
+			name: "class missing", claim: newClaim("c").Class("missing").Obj(), want: true,
+			wantEvent: `Warning ProvisioningFailed storageclass "missing" not found`,
+		},
+		{
+			name: "no class", want: true, wantEvent: "Warning ProvisioningFailed the claim names no storage class",
+			claim: func() *corev1.PersistentVolumeClaim {
+				c := newClaim("c").Obj()
+				c.Spec.StorageClassName = nil
+				return c
+			}(),
+		},
+		{
+			name: "class of another provisioner", claim: newClaim("c").Class("foreign").Obj(),
+			wantEvent: `Warning ProvisioningFailed the claim is annotated for ` + testDriver + ` but its storageclass "foreign" names provisioner "other.example.com"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, baseCaps(), objs(newClass().Obj(), newForeignClass()))
+			for range 2 { // the second call's event is deduplicated
+				if got := h.p.ShouldProvision(h.ctx, tt.claim); got != tt.want {
+					t.Errorf("ShouldProvision = %v, want %v", got, tt.want)
+				}
+			}
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
+			}
+			if got := h.events(); !slices.Equal(got, want) {
+				t.Errorf("events = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func unannotatedClaim(name string) *corev1.PersistentVolumeClaim {
+	return testutil.NewPVC(testNS, name).UID("uid-" + name).Class(testClass).Obj()
+}
+
+func newForeignClass() *storagev1.StorageClass {
+	return testutil.NewSC("foreign", "other.example.com").Obj()
+}

@@ -1,0 +1,270 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/internal/events"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// Event reasons, upstream's strings.
+const (
+	reasonProvisioning       = "Provisioning"
+	reasonProvisioningFailed = "ProvisioningFailed"
+)
+
+// Names of the indexers the provisioner adds to the shared informers.
+const (
+	indexVolumeByClaimUID   = "csi-provisioner.provisioner/claim-uid"
+	indexAttachmentByVolume = "csi-provisioner.provisioner/volume-name"
+)
+
+// Annotations, attributes and messages, upstream's strings.
+const (
+	annAlphaSelectedNode    = "volume.alpha.kubernetes.io/selected-node"
+	annDeletionSecretName   = "volume.kubernetes.io/provisioner-deletion-secret-name"
+	annDeletionSecretNS     = "volume.kubernetes.io/provisioner-deletion-secret-namespace"
+	annModifySecretName     = "volume.kubernetes.io/controller-modify-secret-name"
+	annModifySecretNS       = "volume.kubernetes.io/controller-modify-secret-namespace"
+	volumeAttributeIdentity = "storage.kubernetes.io/csiProvisionerIdentity"
+	msgPopulator            = "Assuming an external populator will provision the volume"
+
+	msgClaimDeletingNoInflight = "claim is being deleted and no CreateVolume was started for it: nothing to provision"
+)
+
+var (
+	_ controller.Provisioner      = (*Provisioner)(nil)
+	_ controller.Qualifier        = (*Provisioner)(nil)
+	_ controller.BlockProvisioner = (*Provisioner)(nil)
+)
+
+// Provisioner creates and deletes the volumes of one CSI driver for
+// sig-storage-lib-external-provisioner's ProvisionController. It is safe for
+// concurrent use; the library calls it from many workers at once, never for
+// the same claim (or volume) twice at the same time.
+type Provisioner struct {
+	client kubernetes.Interface
+	driver csiclient.Driver
+	caps   csiclient.Capabilities
+	name   string
+	cfg    config
+
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster // nil when the caller gave a recorder
+
+	claims     corelisters.PersistentVolumeClaimLister
+	classes    storagelisters.StorageClassLister
+	nodes      corelisters.NodeLister       // nil without VolumeAccessibility
+	csiNodes   storagelisters.CSINodeLister // nil without VolumeAccessibility
+	claimInf   cache.SharedIndexInformer
+	volumeInf  cache.SharedIndexInformer
+	attachInf  cache.SharedIndexInformer // nil without PublishUnpublish
+	hasSynced  []cache.InformerSynced
+	topologies *topologyCache
+	attempts   *ledger
+}
+
+// New returns a provisioner for driver. It registers the informers it reads
+// on factory (PersistentVolumeClaims, PersistentVolumes, StorageClasses
+// always; Nodes and CSINodes when the driver reports volume accessibility
+// constraints; VolumeAttachments when it reports PUBLISH_UNPUBLISH_VOLUME)
+// and adds its indexers to them, so it must be called before factory is
+// started. Invalid options are reported as one joined error.
+func New(client kubernetes.Interface, driver csiclient.Driver, factory informers.SharedInformerFactory, opts ...Option) (*Provisioner, error) {
+	if client == nil || driver == nil || factory == nil {
+		return nil, errors.New("new provisioner: client, driver and informer factory are required")
+	}
+	caps := driver.Capabilities()
+	if caps.DriverName == "" {
+		return nil, errors.New("new provisioner: the driver reports no name")
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if err := cfg.validate(caps.DriverName); err != nil {
+		return nil, fmt.Errorf("new provisioner: %w", err)
+	}
+
+	p := &Provisioner{
+		client:     client,
+		driver:     driver,
+		caps:       caps,
+		name:       caps.DriverName,
+		cfg:        cfg,
+		topologies: newTopologyCache(),
+		attempts:   newLedger(),
+	}
+	switch r := cfg.recorder.(type) {
+	case *events.Deduplicator:
+		p.recorder = r
+	case nil:
+		p.broadcaster = record.NewBroadcaster()
+		p.recorder = events.NewDeduplicator(
+			p.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSourceComponent}), 0)
+	default:
+		p.recorder = events.NewDeduplicator(r, 0)
+	}
+
+	claims := factory.Core().V1().PersistentVolumeClaims()
+	volumes := factory.Core().V1().PersistentVolumes()
+	classes := factory.Storage().V1().StorageClasses()
+	p.claims, p.classes = claims.Lister(), classes.Lister()
+	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
+	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
+	if err := p.volumeInf.AddIndexers(cache.Indexers{indexVolumeByClaimUID: volumeByClaimUID}); err != nil {
+		return nil, fmt.Errorf("new provisioner: add volume indexer: %w", err)
+	}
+	if caps.VolumeAccessibility {
+		nodes, csiNodes := factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
+		p.nodes, p.csiNodes = nodes.Lister(), csiNodes.Lister()
+		p.hasSynced = append(p.hasSynced, nodes.Informer().HasSynced, csiNodes.Informer().HasSynced)
+	}
+	if caps.PublishUnpublish {
+		p.attachInf = factory.Storage().V1().VolumeAttachments().Informer()
+		p.hasSynced = append(p.hasSynced, p.attachInf.HasSynced)
+		if err := p.attachInf.AddIndexers(cache.Indexers{indexAttachmentByVolume: attachmentByVolume}); err != nil {
+			return nil, fmt.Errorf("new provisioner: add volume attachment indexer: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// HasSynced reports whether every informer the provisioner reads has synced.
+func (p *Provisioner) HasSynced() bool {
+	for _, synced := range p.hasSynced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Identity is the value of the storage.kubernetes.io/csiProvisionerIdentity
+// volume attribute of the PVs this provisioner creates.
+func (p *Provisioner) Identity() string { return p.cfg.identity }
+
+// VolumeName returns the name of the PV and of the CSI volume for claim:
+// "<prefix>-<uid>", where the UID is whole, or without dashes and cut to the
+// configured length. It is the library's VolumeName hook, so the library's
+// "PV already exists" check looks for the name this provisioner uses.
+func (p *Provisioner) VolumeName(claim *corev1.PersistentVolumeClaim) string {
+	uid := string(claim.UID)
+	if n := p.cfg.volumeNameUUIDLength; n >= 0 {
+		uid = strings.ReplaceAll(uid, "-", "")
+		uid = uid[:min(n, len(uid))]
+	}
+	return p.cfg.volumeNamePrefix + "-" + uid
+}
+
+// SupportsBlock is always true, as upstream: CSI has no capability for raw
+// block volumes, so a driver that lacks them fails CreateVolume instead.
+func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
+
+// ShouldProvision reports whether the library should try to provision
+// claim: it is annotated for this driver (volume.kubernetes.io/storage-provisioner,
+// falling back to the beta key), not bound to a volume, and, if it is being
+// deleted, carries the in-flight finalizer (a CreateVolume may be in flight
+// and must be finished or failed; without the finalizer no create ever
+// starts for a claim being deleted).
+//
+// Because the library is silent about some reasons not to provision, they
+// are reported here, each once, as a Warning ProvisioningFailed event: the
+// claim's class does not exist (true is still returned, so the library keeps
+// retrying until it appears), or it names another provisioner.
+func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
+	logger := klog.FromContext(ctx)
+	if !p.annotatedForUs(claim) || claim.Spec.VolumeName != "" {
+		return false
+	}
+	if claim.DeletionTimestamp != nil && !inflight.Has(claim) {
+		logger.V(4).Info("Not provisioning a claim that is being deleted without the in-flight finalizer", "pvc", klog.KObj(claim))
+		return false
+	}
+	className := storagehelpers.GetPersistentVolumeClaimClass(claim)
+	class, err := p.classes.Get(className)
+	switch {
+	case apierrors.IsNotFound(err):
+		msg := fmt.Sprintf("storageclass %q not found", className)
+		if className == "" {
+			msg = "the claim names no storage class"
+		}
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
+		logger.V(4).Info("Claim's class is missing", "pvc", klog.KObj(claim), "class", className)
+		return true
+	case err != nil:
+		return true // the library reports its own lookup error
+	case class.Provisioner != p.name:
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed,
+			fmt.Sprintf("the claim is annotated for %s but its storageclass %q names provisioner %q", p.name, className, class.Provisioner))
+		return false
+	}
+	return true
+}
+
+// CheckProvision is the binder's ProvisionChecker: it returns nil when a
+// CreateVolume for claim with class could be sent now, that is, the request
+// builds (valid class parameters and claim, resolvable topology, secret
+// references, existing secrets and VolumeAttributesClass) and nothing makes
+// the provisioner skip the claim (a data source handled by a populator).
+// It writes nothing, records no event and caches nothing; it reads the
+// informers plus, as Provision does, the provisioner secret and the
+// VolumeAttributesClass with live GETs.
+func (p *Provisioner) CheckProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {
+	selected, _ := selectedNode(claim)
+	_, _, err := p.prepare(ctx, claim, class, selected, true)
+	return err
+}
+
+// annotatedForUs reports whether claim asks this driver for a volume.
+func (p *Provisioner) annotatedForUs(claim *corev1.PersistentVolumeClaim) bool {
+	provisioner, ok := claim.Annotations[storagehelpers.AnnStorageProvisioner]
+	if !ok {
+		provisioner = claim.Annotations[storagehelpers.AnnBetaStorageProvisioner]
+	}
+	return provisioner == p.name
+}
+
+// selectedNode returns the node the scheduler picked for claim, read as the
+// library reads it (with the alpha key as fallback).
+func selectedNode(claim *corev1.PersistentVolumeClaim) (string, bool) {
+	if n, ok := claim.Annotations[storagehelpers.AnnSelectedNode]; ok {
+		return n, true
+	}
+	n, ok := claim.Annotations[annAlphaSelectedNode]
+	return n, ok
+}
+
+func volumeByClaimUID(obj interface{}) ([]string, error) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID == "" {
+		return nil, nil
+	}
+	return []string{string(pv.Spec.ClaimRef.UID)}, nil
+}
+
+func attachmentByVolume(obj interface{}) ([]string, error) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok || va.Spec.Source.PersistentVolumeName == nil {
+		return nil, nil
+	}
+	return []string{*va.Spec.Source.PersistentVolumeName}, nil
+}

@@ -1,0 +1,278 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+)
+
+// Parameter keys and data source kinds.
+const (
+	prefixedFSTypeKey   = reservedPrefix + "fstype"
+	deprecatedFSTypeKey = "fstype" // matched case-insensitively
+	pvcNameKey          = reservedPrefix + "pvc/name"
+	pvcNamespaceKey     = reservedPrefix + "pvc/namespace"
+	pvNameKey           = reservedPrefix + "pv/name"
+
+	kindVolumeSnapshot = "VolumeSnapshot"
+	kindClaim          = "PersistentVolumeClaim"
+	snapshotAPIGroup   = "snapshot.storage.k8s.io"
+)
+
+// Errors for data sources this version does not provision from. They are
+// final: only a change of the claim can help.
+var (
+	ErrCloneNotSupported    = errors.New("cloning from a PersistentVolumeClaim is not supported by this provisioner yet")
+	ErrSnapshotNotSupported = errors.New("restoring from a VolumeSnapshot is not supported by this provisioner yet")
+)
+
+// plan is a CreateVolume request and what the PV is made of besides the
+// driver's answer.
+type plan struct {
+	req    *csi.CreateVolumeRequest
+	fsType string
+	refs   secretRefs
+	// vacName is the VolumeAttributesClass passed on, "" for none.
+	vacName string
+	// topologyCached is true when the requirements came from the cache.
+	topologyCached bool
+}
+
+// prepare validates claim and class and builds the CreateVolume request for
+// them, with selected the scheduler's node ("" for none). It never writes.
+// With check set (CheckProvision), it also records no event.
+//
+// Its state on error is upstream's: ProvisioningFinished for a request that
+// cannot be valid (claim selector, unknown reserved parameter, two fsType
+// keys, unsupported access modes, data sources or capabilities, a
+// VolumeAttributesClass of another driver); ProvisioningNoChange for what
+// may resolve by itself or by a change elsewhere (secret references and
+// secrets, the VolumeAttributesClass lookup, topology lookups);
+// ProvisioningReschedule when the selected Node or its CSINode does not
+// exist. A data source of another kind gives an *controller.IgnoredError
+// (an external populator provisions the claim).
+func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, selected string, check bool) (*plan, controller.ProvisioningState, error) {
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
+	if class == nil {
+		return nil, controller.ProvisioningFinished, errors.New("storage class was nil")
+	}
+	if err := p.checkDataSource(claim, check); err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	var vacName string
+	if p.cfg.volumeAttributesClass && claim.Spec.VolumeAttributesClassName != nil {
+		vacName = *claim.Spec.VolumeAttributesClassName
+	}
+	if err := p.checkCapabilities(vacName != ""); err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	if claim.Spec.Selector != nil {
+		return nil, controller.ProvisioningFinished, errors.New("claim Selector is not supported")
+	}
+	if claim.UID == "" {
+		return nil, controller.ProvisioningFinished, errors.New("corrupted PVC object, it is missing UID")
+	}
+	pvName := p.VolumeName(claim)
+
+	fsType, err := p.fsType(logger, class.Parameters)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	params, err := stripReserved(class.Parameters)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("failed to strip CSI Parameters of prefixed keys: %w", err)
+	}
+	caps, err := p.volumeCapabilities(claim, class, fsType)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	refs, err := resolveSecretRefs(logger, class.Parameters, pvName, claim)
+	if err != nil {
+		return nil, controller.ProvisioningNoChange, err
+	}
+
+	pl := &plan{fsType: fsType, refs: refs, vacName: vacName}
+	requirement, cached := p.topologies.get(claim.UID)
+	if cached {
+		pl.topologyCached = true
+		logger.V(4).Info("Using the topology of the previous CreateVolume")
+	} else if requirement, err = p.topologyRequirement(claim, class, selected); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, controller.ProvisioningReschedule, err
+		}
+		return nil, controller.ProvisioningNoChange, fmt.Errorf("error generating accessibility requirements: %w", err)
+	}
+
+	secrets, err := secretData(ctx, p.client, refs.provisioner)
+	if err != nil {
+		return nil, controller.ProvisioningNoChange, err
+	}
+	var mutable map[string]string
+	if vacName != "" {
+		vac, err := p.client.StorageV1().VolumeAttributesClasses().Get(ctx, vacName, metav1.GetOptions{})
+		if err != nil {
+			return nil, controller.ProvisioningNoChange, fmt.Errorf("get VolumeAttributesClass %q: %w", vacName, err)
+		}
+		if vac.DriverName != p.name {
+			return nil, controller.ProvisioningFinished, fmt.Errorf("VAC %s referenced in PVC is for driver %s which does not match driver name %s", vacName, vac.DriverName, p.name)
+		}
+		mutable = maps.Clone(vac.Parameters)
+	}
+	if p.cfg.extraCreateMetadata {
+		params[pvcNameKey] = claim.Name
+		params[pvcNamespaceKey] = claim.Namespace
+		params[pvNameKey] = pvName
+	}
+	storage := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	pl.req = &csi.CreateVolumeRequest{
+		Name:                      pvName,
+		CapacityRange:             &csi.CapacityRange{RequiredBytes: storage.Value()},
+		VolumeCapabilities:        caps,
+		Parameters:                params,
+		Secrets:                   secrets,
+		AccessibilityRequirements: requirement,
+		MutableParameters:         mutable,
+	}
+	return pl, controller.ProvisioningNoChange, nil
+}
+
+// checkDataSource accepts a claim without a data source and rejects the
+// kinds this version does not provision from. Another kind belongs to an
+// external populator: the claim is ignored, with upstream's Normal event
+// (not in check mode).
+func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) error {
+	var kind, name, group string
+	switch ds, ref := claim.Spec.DataSource, claim.Spec.DataSourceRef; {
+	case ds != nil:
+		kind, name = ds.Kind, ds.Name
+		if ds.APIGroup != nil {
+			group = *ds.APIGroup
+		}
+	case ref != nil:
+		if ref.Namespace != nil && *ref.Namespace != "" {
+			return errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
+		}
+		kind, name = ref.Kind, ref.Name
+		if ref.APIGroup != nil {
+			group = *ref.APIGroup
+		}
+	default:
+		return nil
+	}
+	if name == "" {
+		return fmt.Errorf("the PVC source not found for PVC %s", claim.Name)
+	}
+	switch kind {
+	case kindVolumeSnapshot:
+		if group != snapshotAPIGroup {
+			return fmt.Errorf("the PVC source does not belong to the right APIGroup. Expected %s, Got %s", snapshotAPIGroup, group)
+		}
+		return ErrSnapshotNotSupported
+	case kindClaim:
+		return ErrCloneNotSupported
+	}
+	if !check {
+		p.recorder.Event(claim, corev1.EventTypeNormal, reasonProvisioning, msgPopulator)
+	}
+	return &controller.IgnoredError{
+		Reason: fmt.Sprintf("data source (%s) is not handled by the provisioner, assuming an external populator will provision it", kind),
+	}
+}
+
+// checkCapabilities fails when the driver cannot serve the request at all;
+// upstream's messages.
+func (p *Provisioner) checkCapabilities(modify bool) error {
+	switch {
+	case !p.caps.ControllerService:
+		return errors.New("CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported")
+	case !p.caps.CreateDeleteVolume:
+		return errors.New("CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported")
+	case modify && !p.caps.ModifyVolume:
+		return errors.New("CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported")
+	}
+	return nil
+}
+
+// fsType returns the filesystem type of the class: the value of
+// csi.storage.k8s.io/fstype or of the deprecated "fstype" key (any case,
+// with a logged warning), else the default. Both keys are an error.
+func (p *Provisioner) fsType(logger klog.Logger, params map[string]string) (string, error) {
+	var fsType string
+	found := 0
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		deprecated := strings.EqualFold(k, deprecatedFSTypeKey)
+		if deprecated {
+			logger.Info("Deprecated StorageClass parameter, use its replacement", "parameter", k, "replacement", prefixedFSTypeKey)
+		}
+		if deprecated || k == prefixedFSTypeKey {
+			fsType = params[k]
+			found++
+		}
+	}
+	if found > 1 {
+		return "", fmt.Errorf("fstype specified in parameters with both \"fstype\" and %q keys", prefixedFSTypeKey)
+	}
+	if fsType == "" {
+		fsType = p.cfg.defaultFSType
+	}
+	return fsType, nil
+}
+
+// stripReserved returns a copy of params without the reserved-prefix keys
+// the provisioner understands; any other reserved key is an error.
+// Deprecated keys without the prefix stay, as upstream.
+func stripReserved(params map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(params))
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if !strings.HasPrefix(k, reservedPrefix) {
+			out[k] = params[k]
+			continue
+		}
+		if !knownReservedKeys[k] {
+			return nil, fmt.Errorf("found unknown parameter key %q with reserved namespace %s", k, reservedPrefix)
+		}
+	}
+	return out, nil
+}
+
+// volumeCapabilities returns one capability per access mode of the claim,
+// in order: Block for a block claim, otherwise Mount with fsType and the
+// class's mount options. The access mode mapping is csi-lib-utils', which
+// maps ReadWriteOnce to SINGLE_NODE_MULTI_WRITER and ReadWriteOncePod to
+// SINGLE_NODE_SINGLE_WRITER when the driver has that capability.
+func (p *Provisioner) volumeCapabilities(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, fsType string) ([]*csi.VolumeCapability, error) {
+	block := isBlock(claim)
+	caps := make([]*csi.VolumeCapability, 0, len(claim.Spec.AccessModes))
+	for _, m := range claim.Spec.AccessModes {
+		mode, err := accessmodes.ToCSIAccessMode([]corev1.PersistentVolumeAccessMode{m}, p.caps.SingleNodeMultiWriter)
+		if err != nil {
+			return nil, err
+		}
+		c := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+		if block {
+			c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		} else {
+			c.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+				FsType: fsType, MountFlags: slices.Clone(class.MountOptions),
+			}}
+		}
+		caps = append(caps, c)
+	}
+	return caps, nil
+}
+
+func isBlock(claim *corev1.PersistentVolumeClaim) bool {
+	return claim.Spec.VolumeMode != nil && *claim.Spec.VolumeMode == corev1.PersistentVolumeBlock
+}
