@@ -91,6 +91,8 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 		cp.ownsDir = true
+	} else if err := os.MkdirAll(cp.Dir, 0o700); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// Config is every command-line setting. Upstream's flags keep upstream's
+// names and meanings; the defaults that differ from upstream are marked
+// "ours" and explained in the README.
+type Config struct {
+	ShowVersion bool
+
+	// Connection to the API server.
+	Master       string
+	Kubeconfig   string
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+
+	// The CSI driver.
+	CSIAddress        string
+	CSIConnectTimeout time.Duration // ours
+	Timeout           time.Duration
+
+	// Provisioning.
+	VolumeNamePrefix            string
+	VolumeNameUUIDLength        int
+	RetryIntervalStart          time.Duration
+	RetryIntervalMax            time.Duration
+	WorkerThreads               int
+	StrictTopology              bool
+	ImmediateTopology           bool
+	ExtraCreateMetadata         bool
+	DefaultFSType               string
+	ControllerPublishReadOnly   bool
+	PreventVolumeModeConversion bool
+
+	// The binder (ours).
+	EnableBinder       bool
+	BinderResyncPeriod time.Duration
+	BinderWorkers      int
+
+	// Leader election.
+	LeaderElection              bool
+	LeaderElectionNamespace     string
+	LeaderElectionLeaseDuration time.Duration
+	LeaderElectionRenewDeadline time.Duration
+	LeaderElectionRetryPeriod   time.Duration
+	LeaderElectionLabels        stringMap
+
+	// HTTP.
+	HTTPEndpoint   string
+	MetricsAddress string
+	MetricsPath    string
+	EnablePprof    bool
+
+	// Accepted for compatibility, not implemented: a non-default value is
+	// logged as a warning by [Config.Unimplemented].
+	CloningProtectionThreads       int
+	SnapshotOrphanSweepInterval    time.Duration
+	CapacityThreads                int
+	KubeAPICapacityQPS             float64
+	KubeAPICapacityBurst           int
+	EnableCapacity                 bool
+	CapacityForImmediateBinding    bool
+	CapacityPollInterval           time.Duration
+	CapacityOwnerrefLevel          int
+	NodeDeployment                 bool
+	NodeDeploymentImmediateBinding bool
+	NodeDeploymentBaseDelay        time.Duration
+	NodeDeploymentMaxDelay         time.Duration
+	Automaxprocs                   bool
+
+	// FeatureGates are the provisioner's gates (--feature-gates).
+	FeatureGates featuregate.MutableFeatureGate
+	// Logging is component-base's logging configuration (-v, --logging-format, ...).
+	Logging *logsapi.LoggingConfiguration
+	// loggingGates are the logging feature gates; --feature-gates does not
+	// reach them, as upstream.
+	loggingGates featuregate.MutableVersionedFeatureGate
+
+	set map[string]bool // flags given on the command line
+}
+
+// Feature gates of the provisioner, with upstream's names.
+const (
+	// FeatureTopology is GA and always on.
+	FeatureTopology featuregate.Feature = "Topology"
+	// FeatureVolumeAttributesClass passes VolumeAttributesClass parameters
+	// as mutable_parameters.
+	FeatureVolumeAttributesClass featuregate.Feature = "VolumeAttributesClass"
+	// FeatureCrossNamespaceVolumeDataSource is accepted, not implemented.
+	FeatureCrossNamespaceVolumeDataSource featuregate.Feature = "CrossNamespaceVolumeDataSource"
+	// FeatureReleaseLeaderElectionOnExit releases the Lease on a clean exit
+	// so a new leader takes over at once.
+	FeatureReleaseLeaderElectionOnExit featuregate.Feature = "ReleaseLeaderElectionOnExit"
+)
+
+// Defaults that differ from upstream, in one place. See the README section
+// "Defaults that differ from upstream" for why.
+const (
+	defaultKubeAPIQPS   = 100 // upstream 5: caps provisioning under 2 volumes/s
+	defaultKubeAPIBurst = 200 // upstream 10
+	defaultWorkers      = 100 // upstream 100
+)
+
+func newConfig() *Config {
+	c := &Config{
+		FeatureGates: featuregate.NewFeatureGate(),
+		Logging:      logsapi.NewLoggingConfiguration(),
+		loggingGates: featuregate.NewVersionedFeatureGate(utilversion.MustParse("1.37")),
+		set:          map[string]bool{},
+	}
+	if err := c.FeatureGates.Add(map[featuregate.Feature]featuregate.FeatureSpec{
+		FeatureTopology:                       {Default: true, PreRelease: featuregate.GA, LockToDefault: true},
+		FeatureVolumeAttributesClass:          {Default: true, PreRelease: featuregate.GA},
+		FeatureCrossNamespaceVolumeDataSource: {Default: false, PreRelease: featuregate.Alpha},
+		FeatureReleaseLeaderElectionOnExit:    {Default: false, PreRelease: featuregate.Alpha},
+	}); err != nil {
+		panic(err) // a programming error in the table above
+	}
+	if err := logsapi.AddFeatureGates(c.loggingGates); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// flagSet registers every flag on a new FlagSet bound to c.
+func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("csi-provisioner", flag.ContinueOnError)
+	fs.SetOutput(output)
+
+	fs.BoolVar(&c.ShowVersion, "version", false, "Show version and exit.")
+	fs.StringVar(&c.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "QPS to use while communicating with the kubernetes apiserver. (upstream default 5)")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst to use while communicating with the kubernetes apiserver. (upstream default 10)")
+
+	fs.StringVar(&c.CSIAddress, "csi-address", "/run/csi/socket", "The gRPC endpoint for the CSI driver: a unix socket path or unix:// URL.")
+	fs.DurationVar(&c.CSIConnectTimeout, "csi-connect-timeout", 30*time.Second, "How long to wait for the CSI driver's socket at start-up.")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "Timeout for every call to the CSI driver.")
+
+	fs.StringVar(&c.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix to apply to the name of a created volume.")
+	fs.IntVar(&c.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncates generated UUID of a created volume to this length (0 to 32). Defaults behavior is to NOT truncate.")
+	fs.DurationVar(&c.RetryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of failed provisioning or deletion. It doubles with each failure, up to retry-interval-max.")
+	fs.DurationVar(&c.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of failed provisioning or deletion.")
+	fs.IntVar(&c.WorkerThreads, "worker-threads", defaultWorkers, "Number of provisioner worker threads, in other words nr. of simultaneous CSI calls.")
+	fs.BoolVar(&c.StrictTopology, "strict-topology", false, "Late binding: pass only selected node topology to CreateVolume Request, unlike default behavior of passing aggregated cluster topologies that match with topology keys of the selected node.")
+	fs.BoolVar(&c.ImmediateTopology, "immediate-topology", true, "Immediate binding: pass aggregated cluster topologies for all nodes where the CSI driver is available (enabled, the default) or no topology requirements (if disabled).")
+	fs.BoolVar(&c.ExtraCreateMetadata, "extra-create-metadata", false, "If set, add pv/pvc metadata to plugin create requests as parameters.")
+	fs.StringVar(&c.DefaultFSType, "default-fstype", "", "The default filesystem type of the volume to provision when fstype is unspecified in the StorageClass. If the default is not set and fstype is unset in the StorageClass, then no fstype will be set")
+	fs.BoolVar(&c.ControllerPublishReadOnly, "controller-publish-readonly", false, "This option enables PV to be marked as readonly at controller publish volume call if PVC accessmode has been set to ROX.")
+	fs.BoolVar(&c.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
+
+	fs.BoolVar(&c.EnableBinder, "enable-binder", true, "Bind claims and volumes of this driver and release them (the job of kube-controller-manager's persistentvolume-binder). With false, the sidecar relies on kube-controller-manager, as upstream.")
+	fs.DurationVar(&c.BinderResyncPeriod, "binder-resync-period", 15*time.Second, "How often the binder re-checks claims and volumes that may need work (the role of --pvclaimbinder-sync-period).")
+	fs.IntVar(&c.BinderWorkers, "binder-workers", 4, "Number of binder workers for claims and, separately, for volumes.")
+
+	fs.BoolVar(&c.LeaderElection, "leader-election", false, "Enable leader election.")
+	fs.StringVar(&c.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace where the leader election resource lives. Defaults to the pod namespace if not set.")
+	fs.DurationVar(&c.LeaderElectionLeaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration, in seconds, that non-leader candidates will wait to force acquire leadership. Defaults to 15 seconds.")
+	fs.DurationVar(&c.LeaderElectionRenewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration, in seconds, that the acting leader will retry refreshing leadership before giving up. Defaults to 10 seconds.")
+	fs.DurationVar(&c.LeaderElectionRetryPeriod, "leader-election-retry-period", 5*time.Second, "Duration, in seconds, the LeaderElector clients should wait between tries of actions. Defaults to 5 seconds.")
+	fs.Var(&c.LeaderElectionLabels, "leader-election-labels", "List of labels to add to lease when given replica becomes leader. Formatted as a comma-separated list of key:value labels. Example: 'my-label:my-value,my-second-label:my-second-value'")
+
+	fs.StringVar(&c.HTTPEndpoint, "http-endpoint", "", "The TCP network address where the HTTP server for diagnostics, including metrics, leader election health check and readiness (/readyz), will listen (example: `:8080`). The default is empty string, which means the server is disabled.")
+	fs.StringVar(&c.MetricsAddress, "metrics-address", "", "(deprecated) The TCP network address where the prometheus metrics endpoint will listen (example: `:8080`). The default is empty string, which means metrics endpoint is disabled. Only one of `--metrics-address` and `--http-endpoint` can be set.")
+	fs.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "The HTTP path where prometheus metrics will be exposed. Default is `/metrics`.")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "Enable pprof profiling on the TCP network address specified by --http-endpoint. The HTTP path is `/debug/pprof/`.")
+	fs.BoolVar(&c.EnablePprof, "enable-profiling", false, "Alias of --enable-pprof.")
+
+	fs.IntVar(&c.CloningProtectionThreads, "cloning-protection-threads", 1, "Number of simultaneously running threads, handling cloning finalizer removal. (not implemented)")
+	fs.DurationVar(&c.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", 5*time.Minute, "Interval of the sweep for orphaned VolumeSnapshot finalizers. (not implemented)")
+	fs.IntVar(&c.CapacityThreads, "capacity-threads", 1, "Number of simultaneously running threads, handling CSIStorageCapacity objects. (not implemented)")
+	fs.Float64Var(&c.KubeAPICapacityQPS, "kube-api-capacity-qps", 1, "QPS to use for storage capacity updates. (not implemented)")
+	fs.IntVar(&c.KubeAPICapacityBurst, "kube-api-capacity-burst", 5, "Burst to use for storage capacity updates. (not implemented)")
+	fs.BoolVar(&c.EnableCapacity, "enable-capacity", false, "This enables producing CSIStorageCapacity objects with capacity information from the driver's GetCapacity call. (not implemented)")
+	fs.BoolVar(&c.CapacityForImmediateBinding, "capacity-for-immediate-binding", false, "Enables producing capacity information for storage classes with immediate binding. (not implemented)")
+	fs.DurationVar(&c.CapacityPollInterval, "capacity-poll-interval", time.Minute, "How long the external-provisioner waits before checking for storage capacity changes. (not implemented)")
+	fs.IntVar(&c.CapacityOwnerrefLevel, "capacity-ownerref-level", 1, "The level indicates the number of objects that need to be traversed starting from the pod. (not implemented)")
+	fs.BoolVar(&c.NodeDeployment, "node-deployment", false, "Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes. (not implemented)")
+	fs.BoolVar(&c.NodeDeploymentImmediateBinding, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node. (not implemented)")
+	fs.DurationVar(&c.NodeDeploymentBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding. (not implemented)")
+	fs.DurationVar(&c.NodeDeploymentMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding. (not implemented)")
+	fs.BoolVar(&c.Automaxprocs, "automaxprocs", false, "Automatically set GOMAXPROCS to match Linux container CPU quota. (not implemented: Go 1.25+ does this by default)")
+
+	fs.Var(featureGateFlag{c.FeatureGates}, "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:\n"+strings.Join(c.FeatureGates.KnownFeatures(), "\n"))
+	logsapi.AddGoFlags(c.Logging, fs)
+	return fs
+}
+
+// featureGateFlag adapts a MutableFeatureGate to flag.Value.
+type featureGateFlag struct{ featuregate.MutableFeatureGate }
+
+func (f featureGateFlag) String() string {
+	if s, ok := f.MutableFeatureGate.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return ""
+}
+
+// parseFlags parses args into a new Config. Errors are one line, without the
+// usage text; --help prints the usage to output and returns flag.ErrHelp.
+func parseFlags(args []string, output io.Writer) (*Config, error) {
+	c := newConfig()
+	fs := c.flagSet(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(output)
+			fs.PrintDefaults()
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: all settings are flags (see --help)", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	return c, nil
+}
+
+// Validate checks the combination of settings and applies the logging
+// configuration. Errors are one line and name the flag.
+func (c *Config) Validate() error {
+	switch {
+	case c.VolumeNamePrefix == "":
+		return errors.New("--volume-name-prefix must not be empty")
+	case c.VolumeNameUUIDLength != -1 && (c.VolumeNameUUIDLength < 0 || c.VolumeNameUUIDLength > 32):
+		return fmt.Errorf("--volume-name-uuid-length must be -1 (keep the whole UID) or between 0 and 32, got %d", c.VolumeNameUUIDLength)
+	case c.Timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, got %s", c.Timeout)
+	case c.CSIConnectTimeout <= 0:
+		return fmt.Errorf("--csi-connect-timeout must be positive, got %s", c.CSIConnectTimeout)
+	case c.WorkerThreads < 1:
+		return fmt.Errorf("--worker-threads must be at least 1, got %d", c.WorkerThreads)
+	case c.BinderWorkers < 1:
+		return fmt.Errorf("--binder-workers must be at least 1, got %d", c.BinderWorkers)
+	case c.BinderResyncPeriod <= 0:
+		return fmt.Errorf("--binder-resync-period must be positive, got %s", c.BinderResyncPeriod)
+	case c.RetryIntervalStart <= 0 || c.RetryIntervalMax < c.RetryIntervalStart:
+		return fmt.Errorf("--retry-interval-start (%s) must be positive and at most --retry-interval-max (%s)", c.RetryIntervalStart, c.RetryIntervalMax)
+	case c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1:
+		return fmt.Errorf("--kube-api-qps (%v) must be positive and --kube-api-burst (%d) at least 1", c.KubeAPIQPS, c.KubeAPIBurst)
+	case c.HTTPEndpoint != "" && c.MetricsAddress != "":
+		return errors.New("only one of --http-endpoint and --metrics-address can be set")
+	case c.EnablePprof && c.HTTPEndpoint == "":
+		return errors.New("--enable-pprof needs --http-endpoint")
+	case c.LeaderElection && (c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline || c.LeaderElectionRenewDeadline <= c.LeaderElectionRetryPeriod):
+		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > --leader-election-retry-period (%s)",
+			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
+	case !strings.HasPrefix(c.MetricsPath, "/"):
+		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
+	}
+	if err := logsapi.ValidateAndApply(c.Logging, c.loggingGates); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
+}
+
+// Unimplemented lists the upstream flags that were set to a value this
+// sidecar does not implement, for a warning at start-up.
+func (c *Config) Unimplemented() []string {
+	var names []string
+	for _, f := range []struct {
+		name    string
+		changed bool
+	}{
+		{"cloning-protection-threads", c.CloningProtectionThreads != 1},
+		{"snapshot-orphan-sweep-interval", c.SnapshotOrphanSweepInterval != 5*time.Minute},
+		{"capacity-threads", c.CapacityThreads != 1},
+		{"kube-api-capacity-qps", c.KubeAPICapacityQPS != 1},
+		{"kube-api-capacity-burst", c.KubeAPICapacityBurst != 5},
+		{"enable-capacity", c.EnableCapacity},
+		{"capacity-for-immediate-binding", c.CapacityForImmediateBinding},
+		{"capacity-poll-interval", c.CapacityPollInterval != time.Minute},
+		{"capacity-ownerref-level", c.CapacityOwnerrefLevel != 1},
+		{"node-deployment", c.NodeDeployment},
+		{"node-deployment-immediate-binding", c.set["node-deployment-immediate-binding"] && !c.NodeDeploymentImmediateBinding},
+		{"node-deployment-base-delay", c.NodeDeploymentBaseDelay != 20*time.Second},
+		{"node-deployment-max-delay", c.NodeDeploymentMaxDelay != 60*time.Second},
+		{"automaxprocs", c.Automaxprocs},
+		{"prevent-volume-mode-conversion", !c.PreventVolumeModeConversion},
+		{"feature-gates=CrossNamespaceVolumeDataSource", c.FeatureGates.Enabled(FeatureCrossNamespaceVolumeDataSource)},
+	} {
+		if f.changed {
+			names = append(names, "--"+f.name)
+		}
+	}
+	return names
+}
+
+// stringMap is a flag of comma-separated key:value pairs, as csi-lib-utils'
+// --leader-election-labels.
+type stringMap map[string]string
+
+func (m *stringMap) String() string {
+	var parts []string
+	for k, v := range *m {
+		parts = append(parts, k+":"+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *stringMap) Set(value string) error {
+	out := map[string]string{}
+	for _, pair := range strings.Split(value, ",") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, ":")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not key:value", pair)
+		}
+		out[k] = v
+	}
+	*m = out
+	return nil
+}

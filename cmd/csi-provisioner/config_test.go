@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUpstreamFlagDefaults checks that every upstream flag is accepted with
+// upstream's default (reference §1a–1b), except the documented differences.
+func TestUpstreamFlagDefaults(t *testing.T) {
+	c, err := parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := c.flagSet(&bytes.Buffer{})
+	want := map[string]string{
+		"master": "", "kubeconfig": "", "csi-address": "/run/csi/socket",
+		"volume-name-prefix": "pvc", "volume-name-uuid-length": "-1",
+		"retry-interval-start": "1s", "retry-interval-max": "5m0s", "worker-threads": "100",
+		"cloning-protection-threads": "1", "snapshot-orphan-sweep-interval": "5m0s", "capacity-threads": "1",
+		"timeout": "10s", "strict-topology": "false", "immediate-topology": "true", "extra-create-metadata": "false",
+		"enable-pprof": "false", "default-fstype": "", "kube-api-capacity-qps": "1", "kube-api-capacity-burst": "5",
+		"enable-capacity": "false", "capacity-for-immediate-binding": "false", "capacity-poll-interval": "1m0s",
+		"capacity-ownerref-level": "1", "node-deployment": "false", "node-deployment-immediate-binding": "true",
+		"node-deployment-base-delay": "20s", "node-deployment-max-delay": "1m0s", "controller-publish-readonly": "false",
+		"prevent-volume-mode-conversion": "true", "version": "false", "leader-election": "false",
+		"leader-election-namespace": "", "leader-election-lease-duration": "15s", "leader-election-renew-deadline": "10s",
+		"leader-election-retry-period": "5s", "http-endpoint": "", "metrics-address": "", "metrics-path": "/metrics",
+		"automaxprocs": "false",
+		// Ours, differing on purpose (README "Defaults that differ from upstream").
+		"kube-api-qps": "100", "kube-api-burst": "200",
+	}
+	for name, def := range want {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("flag --%s is not accepted", name)
+			continue
+		}
+		if f.DefValue != def {
+			t.Errorf("--%s default = %q, want %q", name, f.DefValue, def)
+		}
+	}
+	for _, name := range []string{"feature-gates", "leader-election-labels", "v", "vmodule", "logging-format", "log-flush-frequency", "enable-binder", "binder-resync-period"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("flag --%s is not accepted", name)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // a fragment of the one-line message
+	}{
+		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
+		{name: "bad duration", args: []string{"--timeout=ten"}, wantErr: "timeout"},
+		{name: "uuid length over 32", args: []string{"--volume-name-uuid-length=33"}, wantErr: "--volume-name-uuid-length must be -1"},
+		{name: "negative uuid length", args: []string{"--volume-name-uuid-length=-2"}, wantErr: "--volume-name-uuid-length"},
+		{name: "empty prefix", args: []string{"--volume-name-prefix="}, wantErr: "--volume-name-prefix must not be empty"},
+		{name: "zero timeout", args: []string{"--timeout=0s"}, wantErr: "--timeout must be positive"},
+		{name: "no workers", args: []string{"--worker-threads=0"}, wantErr: "--worker-threads"},
+		{name: "both endpoints", args: []string{"--http-endpoint=:8080", "--metrics-address=:8081"}, wantErr: "only one of --http-endpoint and --metrics-address"},
+		{name: "pprof without endpoint", args: []string{"--enable-pprof"}, wantErr: "--enable-pprof needs --http-endpoint"},
+		{name: "lease shorter than renew", args: []string{"--leader-election", "--leader-election-lease-duration=5s"}, wantErr: "leader election needs"},
+		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
+		{name: "locked gate", args: []string{"--feature-gates=Topology=false"}, wantErr: "Topology"},
+		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},
+		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
+		{name: "bad logging format", args: []string{"--logging-format=xml"}, wantErr: "logging"},
+		{name: "retry start above max", args: []string{"--retry-interval-start=10m"}, wantErr: "--retry-interval-start"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, &stdout, &stderr)
+			if code != 2 {
+				t.Errorf("exit code = %d, want 2", code)
+			}
+			msg := stderr.String()
+			if !strings.Contains(msg, tt.wantErr) {
+				t.Errorf("stderr = %q, want it to contain %q", msg, tt.wantErr)
+			}
+			if n := strings.Count(strings.TrimSpace(msg), "\n"); n != 0 {
+				t.Errorf("error is %d lines, want one: %q", n+1, msg)
+			}
+		})
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "csi-provisioner") {
+		t.Errorf("--version: code %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "-csi-address") {
+		t.Errorf("--help: code %d, stdout %q", code, stdout.String())
+	}
+}
+
+func TestUnimplementedFlagsAreNamed(t *testing.T) {
+	c, err := parseFlags([]string{"--enable-capacity", "--node-deployment", "--capacity-poll-interval=2m", "--timeout=1m"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Unimplemented()
+	want := []string{"--capacity-poll-interval", "--enable-capacity", "--node-deployment"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("Unimplemented() = %v, want %v", got, want)
+	}
+	if c.Timeout != time.Minute {
+		t.Errorf("timeout = %s", c.Timeout)
+	}
+	c, err = parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Unimplemented(); len(got) != 0 {
+		t.Errorf("defaults reported as unimplemented: %v", got)
+	}
+}
+
+func TestLeaderElectionLabels(t *testing.T) {
+	c, err := parseFlags([]string{"--leader-election-labels=a:b,c:d"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.LeaderElectionLabels) != 2 || c.LeaderElectionLabels["a"] != "b" || c.LeaderElectionLabels["c"] != "d" {
+		t.Errorf("labels = %v", c.LeaderElectionLabels)
+	}
+}

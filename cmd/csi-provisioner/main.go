@@ -1,0 +1,64 @@
+// Command csi-provisioner is a CSI provisioner sidecar: it watches
+// PersistentVolumeClaims, creates volumes through the CSI driver on
+// --csi-address, creates PersistentVolumes for them, binds them and reclaims
+// them. It accepts upstream external-provisioner's flags.
+//
+// main only wires: flags → Config → Validate → components → Run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run returns the process exit code: 0 on a clean stop, 1 when the sidecar
+// fails at run time, 2 for bad flags.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "csi-provisioner: %v\n", err)
+		return 2
+	}
+	if cfg.ShowVersion {
+		fmt.Fprintf(stdout, "csi-provisioner %s\n", version)
+		return 0
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "csi-provisioner: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting csi-provisioner", "version", version)
+	for _, name := range cfg.Unimplemented() {
+		logger.Info("WARNING: flag accepted for compatibility with external-provisioner but not implemented; it has no effect", "flag", name)
+	}
+
+	err = runSidecar(ctx, cfg)
+	klog.Flush()
+	if err != nil {
+		fmt.Fprintf(stderr, "csi-provisioner: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+	libmetrics "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller/metrics"
+
+	"github.com/kube-storage/csi-provisioner/internal/events"
+	"github.com/kube-storage/csi-provisioner/pkg/binder"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
+)
+
+// informerResync is the shared informers' resync period, as upstream's
+// factory; the provisioner library re-drives claims from it every 15 minutes.
+const informerResync = time.Hour
+
+// runSidecar connects to the driver and the API server, builds the
+// components and runs them until ctx is done.
+func runSidecar(ctx context.Context, cfg *Config) error {
+	logger := klog.FromContext(ctx)
+	restCfg, err := buildRESTConfig(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+
+	mm := metrics.NewCSIMetricsManagerWithOptions("",
+		metrics.WithProcessStartTime(false),
+		metrics.WithSubsystem(metrics.SubsystemSidecar))
+	health := newHealth()
+	srv, err := startHTTP(ctx, cfg, health)
+	if err != nil {
+		return err
+	}
+
+	driver, err := csiclient.Connect(ctx, cfg.CSIAddress,
+		csiclient.WithCallTimeout(cfg.Timeout),
+		csiclient.WithConnectTimeout(cfg.CSIConnectTimeout),
+		csiclient.WithMetrics(mm))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = driver.Close() }()
+	caps := driver.Capabilities()
+	if !caps.ControllerService || !caps.CreateDeleteVolume {
+		return fmt.Errorf("CSI driver %q at %q does not provision volumes: it lacks the CONTROLLER_SERVICE plugin capability or the CREATE_DELETE_VOLUME controller capability", caps.DriverName, cfg.CSIAddress)
+	}
+	driverName := caps.DriverName
+	health.add("csi-driver", func(ctx context.Context) error { return driver.Probe(ctx) })
+
+	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(trimObject))
+	recorder, stopEvents := newRecorder(ctx, client, "external-provisioner")
+	defer stopEvents()
+
+	prov, err := provisioner.New(client, driver, factory,
+		provisioner.WithVolumeNamePrefix(cfg.VolumeNamePrefix),
+		provisioner.WithVolumeNameUUIDLength(cfg.VolumeNameUUIDLength),
+		provisioner.WithDefaultFSType(cfg.DefaultFSType),
+		provisioner.WithExtraCreateMetadata(cfg.ExtraCreateMetadata),
+		provisioner.WithStrictTopology(cfg.StrictTopology),
+		provisioner.WithImmediateTopology(cfg.ImmediateTopology),
+		provisioner.WithControllerPublishReadOnly(cfg.ControllerPublishReadOnly),
+		provisioner.WithEventRecorder(recorder),
+		provisioner.WithBinderEnabled(cfg.EnableBinder),
+		provisioner.WithVolumeAttributesClass(cfg.FeatureGates.Enabled(FeatureVolumeAttributesClass)),
+	)
+	if err != nil {
+		return fmt.Errorf("create provisioner: %w", err)
+	}
+
+	libMetrics := libmetrics.New("controller")
+	for _, c := range []prometheus.Collector{
+		libMetrics.PersistentVolumeClaimProvisionTotal, libMetrics.PersistentVolumeClaimProvisionFailedTotal,
+		libMetrics.PersistentVolumeClaimProvisionDurationSeconds, libMetrics.PersistentVolumeDeleteTotal,
+		libMetrics.PersistentVolumeDeleteFailedTotal, libMetrics.PersistentVolumeDeleteDurationSeconds,
+	} {
+		srv.libRegistry.MustRegister(c)
+	}
+	rateLimiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax)
+	lib := controller.NewProvisionController(ctx, client, driverName, prov,
+		controller.LeaderElection(false), // leader election is ours, as upstream
+		controller.FailedProvisionThreshold(0),
+		controller.FailedDeleteThreshold(0),
+		controller.RateLimiter(rateLimiter),
+		controller.Threadiness(cfg.WorkerThreads),
+		controller.CreateProvisionedPVLimiter(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		controller.ClaimsInformer(factory.Core().V1().PersistentVolumeClaims().Informer()),
+		controller.VolumesInformer(factory.Core().V1().PersistentVolumes().Informer()),
+		controller.ClassesInformer(factory.Storage().V1().StorageClasses().Informer()),
+		controller.RetryIntervalMax(cfg.RetryIntervalMax),
+		controller.AddFinalizer(true),
+		controller.VolumeName(prov.VolumeName),
+		controller.MetricsInstance(libMetrics),
+	)
+
+	var bnd *binder.Binder
+	if cfg.EnableBinder {
+		binderRecorder, stopBinderEvents := newRecorder(ctx, client, "csi-provisioner-binder")
+		defer stopBinderEvents()
+		bnd, err = binder.New(client, driverName, factory,
+			binder.WithResyncPeriod(cfg.BinderResyncPeriod),
+			binder.WithWorkers(cfg.BinderWorkers),
+			binder.WithEventRecorder(binderRecorder),
+			binder.WithProvisionCheck(prov),
+			binder.WithMetricsRegistry(srv.kubeRegistry),
+		)
+		if err != nil {
+			return fmt.Errorf("create binder: %w", err)
+		}
+	}
+	srv.serveMetrics(cfg, mm)
+
+	run := func(ctx context.Context) {
+		logger := klog.FromContext(ctx)
+		factory.Start(ctx.Done())
+		var wg sync.WaitGroup
+		if bnd != nil {
+			wg.Go(func() {
+				if err := bnd.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					logger.Error(err, "Binder stopped")
+				}
+			})
+		}
+		wg.Go(func() { prov.RunGuard(ctx, 1) })
+		health.add("informers", func(context.Context) error {
+			for name, synced := range map[string]func() bool{"provisioner": prov.HasSynced, "binder": hasSynced(bnd)} {
+				if !synced() {
+					return fmt.Errorf("%s caches not synced", name)
+				}
+			}
+			return nil
+		})
+		lib.Run(ctx) // returns when ctx is done
+		wg.Wait()
+		factory.Shutdown()
+	}
+
+	logger.Info("Running", "driver", driverName, "binder", cfg.EnableBinder, "leaderElection", cfg.LeaderElection)
+	if !cfg.LeaderElection {
+		run(ctx)
+	} else if err := runWithLeaderElection(ctx, cfg, restCfg, driverName, srv, run); err != nil {
+		return err
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+func hasSynced(b *binder.Binder) func() bool {
+	if b == nil {
+		return func() bool { return true }
+	}
+	return b.HasSynced
+}
+
+// buildRESTConfig builds the client configuration as upstream: KUBECONFIG
+// wins over --kubeconfig; neither and no --master means in-cluster.
+func buildRESTConfig(cfg *Config) (*rest.Config, error) {
+	kubeconfig := cfg.Kubeconfig
+	if env := os.Getenv("KUBECONFIG"); env != "" {
+		kubeconfig = env
+	}
+	var restCfg *rest.Config
+	var err error
+	if kubeconfig != "" || cfg.Master != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags(cfg.Master, kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build the Kubernetes client configuration (--kubeconfig %q, --master %q): %w", kubeconfig, cfg.Master, err)
+	}
+	restCfg.QPS = float32(cfg.KubeAPIQPS)
+	restCfg.Burst = cfg.KubeAPIBurst
+	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	restCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	restCfg.UserAgent = "csi-provisioner/" + version
+	return restCfg, nil
+}
+
+// newRecorder returns an event recorder for component whose events go to
+// the API server, with repeated causes per object dropped, and a stop func.
+func newRecorder(ctx context.Context, client kubernetes.Interface, component string) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+	return events.NewDeduplicator(rec, 0), b.Shutdown
+}
+
+// trimObject drops what the sidecar never reads from cached objects:
+// managedFields everywhere, and all of a Pod but the fields the binder uses.
+// It runs on every object before it enters the shared cache.
+func trimObject(obj any) (any, error) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return trimPod(pod), nil
+	}
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func trimPod(pod *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{}
+	out.Namespace, out.Name, out.UID = pod.Namespace, pod.Name, pod.UID
+	out.ResourceVersion, out.DeletionTimestamp = pod.ResourceVersion, pod.DeletionTimestamp
+	out.Spec.NodeName = pod.Spec.NodeName
+	out.Status.Phase = pod.Status.Phase
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{
+				Name: v.Name,
+				VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: v.PersistentVolumeClaim,
+					// The claim of a generic ephemeral volume is named after the
+					// pod and the volume; its template is not needed.
+					Ephemeral: trimEphemeral(v.Ephemeral),
+				},
+			})
+		}
+	}
+	return out
+}
+
+func trimEphemeral(e *corev1.EphemeralVolumeSource) *corev1.EphemeralVolumeSource {
+	if e == nil {
+		return nil
+	}
+	return &corev1.EphemeralVolumeSource{}
+}
+
+// runWithLeaderElection runs run while this process holds the Lease named
+// after the driver (upstream's name, through csi-lib-utils). The identity is
+// the host name plus a unique suffix, so that two replicas on one host (or
+// a restarted process) never mistake each other's lease for their own.
+// Losing the lease ends the process, as upstream.
+func runWithLeaderElection(ctx context.Context, cfg *Config, restCfg *rest.Config, driverName string, srv *httpServer, run func(context.Context)) error {
+	leClient, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create the leader election client: %w", err)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("leader election identity: %w", err)
+	}
+	le := leaderelection.NewLeaderElection(leClient, driverName, run)
+	le.WithIdentity(host + "_" + string(uuid.NewUUID()))
+	if cfg.HTTPEndpoint != "" {
+		le.PrepareHealthCheck(srv.mux, leaderelection.DefaultHealthCheckTimeout)
+	}
+	if cfg.LeaderElectionNamespace != "" {
+		le.WithNamespace(cfg.LeaderElectionNamespace)
+	}
+	if len(cfg.LeaderElectionLabels) > 0 {
+		le.WithLabels(cfg.LeaderElectionLabels)
+	}
+	le.WithLeaseDuration(cfg.LeaderElectionLeaseDuration)
+	le.WithRenewDeadline(cfg.LeaderElectionRenewDeadline)
+	le.WithRetryPeriod(cfg.LeaderElectionRetryPeriod)
+	le.WithContext(ctx)
+	if cfg.FeatureGates.Enabled(FeatureReleaseLeaderElectionOnExit) {
+		le.WithReleaseOnCancel(true)
+	}
+	if err := le.Run(); err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	return nil
+}
