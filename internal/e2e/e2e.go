@@ -1,0 +1,258 @@
+// Package e2e runs the real binaries of this repository, the example
+// hostpath driver and the csi-provisioner sidecar, as separate processes
+// next to a local control plane (internal/controlplane). The demo, the
+// end-to-end tests, the benchmark and the chaos suite share it.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+)
+
+// Binaries are the paths of the two programs under test.
+type Binaries struct {
+	Sidecar string
+	Driver  string
+}
+
+var (
+	buildOnce sync.Once
+	built     Binaries
+	buildErr  error
+)
+
+// Build compiles cmd/csi-provisioner and examples/hostpath-driver once per
+// process into a temporary directory, or, when dir is not empty, uses the
+// binaries already there (the Makefile's bin/).
+func Build(ctx context.Context, dir string) (Binaries, error) {
+	if dir != "" {
+		b := Binaries{Sidecar: filepath.Join(dir, "csi-provisioner"), Driver: filepath.Join(dir, "hostpath-driver")}
+		for _, p := range []string{b.Sidecar, b.Driver} {
+			if _, err := os.Stat(p); err != nil {
+				return Binaries{}, fmt.Errorf("binary missing (run `make build`): %w", err)
+			}
+		}
+		return b, nil
+	}
+	buildOnce.Do(func() {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		out, err := os.MkdirTemp("", "csi-provisioner-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = Binaries{Sidecar: filepath.Join(out, "csi-provisioner"), Driver: filepath.Join(out, "hostpath-driver")}
+		for pkg, bin := range map[string]string{"./cmd/csi-provisioner": built.Sidecar, "./examples/hostpath-driver": built.Driver} {
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+			cmd.Dir = root
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	return built, buildErr
+}
+
+// Driver is a running hostpath driver.
+type Driver struct {
+	*controlplane.Process
+	// Socket is the unix socket path.
+	Socket string
+	// Name is the CSI driver name.
+	Name string
+	// Root is the dir backend's state directory ("" for memory).
+	Root string
+
+	bin  string
+	args []string
+}
+
+// DriverConfig configures [StartDriver].
+type DriverConfig struct {
+	// Dir holds the socket, the state and the log.
+	Dir string
+	// Name is the driver name; default "hostpath.csi.kube-storage.io".
+	Name string
+	// Memory selects the memory backend instead of dir.
+	Memory bool
+	// NodeID is the node the driver reports; default "node-1".
+	NodeID string
+	// Args are extra flags (fault injection, secrets, capabilities).
+	Args []string
+}
+
+// StartDriver starts the hostpath driver and waits until its socket accepts
+// connections.
+func StartDriver(ctx context.Context, bin string, cfg DriverConfig) (*Driver, error) {
+	if cfg.Name == "" {
+		cfg.Name = "hostpath.csi.kube-storage.io"
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = "node-1"
+	}
+	d := &Driver{Socket: filepath.Join(cfg.Dir, "csi.sock"), Name: cfg.Name, bin: bin}
+	d.args = []string{"--endpoint=unix://" + d.Socket, "--drivername=" + cfg.Name, "--node-id=" + cfg.NodeID, "-v=3"}
+	if cfg.Memory {
+		d.args = append(d.args, "--backend=memory")
+	} else {
+		d.Root = filepath.Join(cfg.Dir, "driver-root")
+		if err := os.MkdirAll(d.Root, 0o755); err != nil {
+			return nil, err
+		}
+		d.args = append(d.args, "--backend=dir", "--root="+d.Root)
+	}
+	d.args = append(d.args, cfg.Args...)
+	return d, d.start(ctx, filepath.Join(cfg.Dir, "driver.log"))
+}
+
+func (d *Driver) start(ctx context.Context, logPath string) error {
+	p, err := controlplane.StartProcess("hostpath-driver", d.bin, d.args, nil, logPath)
+	if err != nil {
+		return err
+	}
+	d.Process = p
+	return waitSocket(ctx, p, d.Socket)
+}
+
+// Restart starts the driver again with the same flags after it stopped.
+func (d *Driver) Restart(ctx context.Context) error {
+	return d.start(ctx, d.LogPath)
+}
+
+// ListVolumes returns every volume the driver has, following pagination.
+func (d *Driver) ListVolumes(ctx context.Context) ([]*csi.Volume, error) {
+	conn, err := dial(d.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	ctrl := csi.NewControllerClient(conn)
+	var vols []*csi.Volume
+	token := ""
+	for {
+		resp, err := ctrl.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("ListVolumes on %s: %w", d.Socket, err)
+		}
+		for _, e := range resp.GetEntries() {
+			vols = append(vols, e.GetVolume())
+		}
+		if token = resp.GetNextToken(); token == "" {
+			return vols, nil
+		}
+	}
+}
+
+func dial(socket string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// waitSocket waits until a CSI Probe over socket succeeds or p exits.
+func waitSocket(ctx context.Context, p *controlplane.Process, socket string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(socket); err == nil {
+			conn, err := dial(socket)
+			if err == nil {
+				pctx, pcancel := context.WithTimeout(ctx, time.Second)
+				_, err = csi.NewIdentityClient(conn).Probe(pctx, &csi.ProbeRequest{})
+				pcancel()
+				_ = conn.Close()
+				if err == nil {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("%s exited: %w; log:\n%s", p.Name, p.ExitErr(), controlplane.TailFile(p.LogPath, 20))
+		case <-ctx.Done():
+			return fmt.Errorf("%s socket %s not ready: %w", p.Name, socket, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Sidecar is a running csi-provisioner.
+type Sidecar struct {
+	*controlplane.Process
+	bin  string
+	args []string
+}
+
+// SidecarConfig configures [StartSidecar].
+type SidecarConfig struct {
+	// Kubeconfig is the API server's kubeconfig.
+	Kubeconfig string
+	// Socket is the driver's socket.
+	Socket string
+	// LogPath receives the sidecar's output.
+	LogPath string
+	// Args are extra flags.
+	Args []string
+}
+
+// StartSidecar starts csi-provisioner. It does not wait for it to be ready;
+// see [Sidecar.WaitReady].
+func StartSidecar(bin string, cfg SidecarConfig) (*Sidecar, error) {
+	s := &Sidecar{bin: bin}
+	s.args = append([]string{"--kubeconfig=" + cfg.Kubeconfig, "--csi-address=" + cfg.Socket}, cfg.Args...)
+	p, err := controlplane.StartProcess("csi-provisioner", bin, s.args, []string{"PATH=" + os.Getenv("PATH")}, cfg.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	s.Process = p
+	return s, nil
+}
+
+// Restart starts the sidecar again with the same flags after it stopped.
+func (s *Sidecar) Restart() error {
+	p, err := controlplane.StartProcess("csi-provisioner", s.bin, s.args, []string{"PATH=" + os.Getenv("PATH")}, s.LogPath)
+	if err != nil {
+		return err
+	}
+	s.Process = p
+	return nil
+}
+
+// WaitLog waits until the sidecar's log contains substr, which shows how far
+// it got (for example "Started provisioner controller").
+func (s *Sidecar) WaitLog(ctx context.Context, substr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, err := os.ReadFile(s.LogPath)
+		if err == nil && strings.Contains(string(b), substr) {
+			return nil
+		}
+		select {
+		case <-s.Exited():
+			return fmt.Errorf("csi-provisioner exited (%w) before logging %q; log:\n%s", s.ExitErr(), substr, controlplane.TailFile(s.LogPath, 30))
+		case <-ctx.Done():
+			return fmt.Errorf("csi-provisioner did not log %q: %w; log:\n%s", substr, ctx.Err(), controlplane.TailFile(s.LogPath, 30))
+		case <-tick.C:
+		}
+	}
+}

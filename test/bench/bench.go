@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+)
+
+const (
+	benchNS    = "bench"
+	benchClass = "bench"
+)
+
+type bench struct {
+	o      options
+	cp     *controlplane.ControlPlane
+	c      kubernetes.Interface
+	driver *e2e.Driver
+}
+
+func newBench(cp *controlplane.ControlPlane, o options) *bench {
+	cfg := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 1e6, 1e6 // the benchmark's own client is never throttled
+	c := kubernetes.NewForConfigOrDie(cfg)
+	return &bench{o: o, cp: cp, c: c}
+}
+
+// parallel runs f(i) for i in [0,n) on o.Concurrency goroutines and returns
+// the first error.
+func (b *bench) parallel(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range b.o.Concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(ctx, i); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// measureCeiling writes, as fast as the API server takes them, the minimal
+// writes of CeilingN bound volumes: PVC create, PV create, PV status Bound,
+// PVC bind (volumeName and annotations), PVC status Bound. Nobody else acts
+// on these objects. It then removes them.
+func (b *bench) measureCeiling(ctx context.Context) (ceiling, error) {
+	const ns = "ceiling"
+	if _, err := b.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return ceiling{}, err
+	}
+	n := b.o.CeilingN
+	start := time.Now()
+	err := b.parallel(ctx, n, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("ceiling-%05d", i)
+		pvc, err := b.c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, newClaim(ns, name, "ceiling-nobody"), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": "ceiling.invalid"}},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				StorageClassName:              "ceiling-nobody",
+				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: name, UID: pvc.UID},
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ceiling.invalid", VolumeHandle: name}},
+			},
+		}
+		if pv, err = b.c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		pv.Status.Phase = corev1.VolumeBound
+		if _, err = b.c.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		pvc.Spec.VolumeName = name
+		metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, "pv.kubernetes.io/bind-completed", "yes")
+		metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, "pv.kubernetes.io/bound-by-controller", "yes")
+		if pvc, err = b.c.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		pvc.Status.Phase = corev1.ClaimBound
+		pvc.Status.Capacity = pv.Spec.Capacity
+		pvc.Status.AccessModes = pv.Spec.AccessModes
+		_, err = b.c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+		return err
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return ceiling{}, fmt.Errorf("ceiling writer: %w", err)
+	}
+	c := ceiling{Volumes: n, Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds(), WritesPerSecond: 5 * float64(n) / elapsed.Seconds()}
+
+	// Remove them: nobody reclaims these objects, so drop the protection
+	// finalizers by hand.
+	err = b.parallel(ctx, n, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("ceiling-%05d", i)
+		if err := b.c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if _, err := b.c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err := b.c.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		return nil
+	})
+	return c, err
+}
+
+func newClaim(ns, name, class string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			StorageClassName: &class,
+		},
+	}
+}
+
+// startProvisioner starts our sidecar, or -provisioner-cmd, with the same
+// flags, and waits until it serves.
+func (b *bench) startProvisioner(ctx context.Context, bins e2e.Binaries, dir string) (*controlplane.Process, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--kubeconfig=" + b.cp.KubeconfigPath,
+		"--csi-address=" + b.driver.Socket,
+		"--http-endpoint=127.0.0.1:" + strconv.Itoa(port),
+		"-v=1",
+	}
+	if b.o.QPS > 0 {
+		args = append(args, fmt.Sprintf("--kube-api-qps=%g", b.o.QPS))
+	}
+	if b.o.Burst > 0 {
+		args = append(args, fmt.Sprintf("--kube-api-burst=%d", b.o.Burst))
+	}
+	args = append(args, strings.Fields(b.o.SidecarArgs)...)
+	path := bins.Sidecar
+	if b.o.ProvisionerCmd != "" {
+		cmd := strings.Fields(b.o.ProvisionerCmd)
+		path = cmd[0]
+		args = append(cmd[1:], args...)
+	} else if b.o.Binder == "kcm" {
+		args = append(args, "--enable-binder=false")
+	}
+	if resolved, err := exec.LookPath(path); err == nil {
+		path = resolved
+	}
+	logf("starting %s %s", path, strings.Join(args, " "))
+	p, err := controlplane.StartProcess("provisioner", path, args, nil, filepath.Join(dir, "provisioner.log"))
+	if err != nil {
+		return nil, err
+	}
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: benchClass}, Provisioner: b.driver.Name}
+	if _, err := b.c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		return p, err
+	}
+	if _, err := b.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}}, metav1.CreateOptions{}); err != nil {
+		return p, err
+	}
+	// Ready when its metrics endpoint answers and it has logged that the
+	// controller started (both ours and upstream log this line).
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case <-p.Exited():
+			return false, fmt.Errorf("provisioner exited: %w; log:\n%s", p.ExitErr(), controlplane.TailFile(p.LogPath, 30))
+		default:
+		}
+		return strings.Contains(controlplane.TailFile(p.LogPath, 1000), "Started provisioner controller"), nil
+	})
+	return p, err
+}
+
+// provision creates N claims (all at once or at the offered rate) and waits
+// until every one is Bound, recording each claim's latency from the return
+// of its create to the moment the watch shows it Bound.
+func (b *bench) provision(ctx context.Context, res *result) error {
+	n := b.o.N
+	created := make([]time.Time, n)
+	boundAt := make([]time.Time, n)
+	var mu sync.Mutex
+	var bound int
+	allBound := make(chan struct{})
+	index := func(name string) int {
+		i, err := strconv.Atoi(strings.TrimPrefix(name, "claim-"))
+		if err != nil || i < 0 || i >= n {
+			return -1
+		}
+		return i
+	}
+	record := func(obj any) {
+		pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+		if !ok || pvc.Status.Phase != corev1.ClaimBound {
+			return
+		}
+		now := time.Now()
+		i := index(pvc.Name)
+		if i < 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if boundAt[i].IsZero() {
+			boundAt[i] = now
+			bound++
+			if bound == n {
+				close(allBound)
+			}
+		}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(b.c, 0, informers.WithNamespace(benchNS))
+	inf := factory.Core().V1().PersistentVolumeClaims().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }}); err != nil {
+		return err
+	}
+	ictx, stop := context.WithCancel(ctx)
+	defer stop()
+	factory.Start(ictx.Done())
+	cache.WaitForCacheSync(ictx.Done(), inf.HasSynced)
+
+	before, err := scrapeRequests(ctx, b.c)
+	if err != nil {
+		return err
+	}
+	logf("creating %d claims (rate %v/s, 0 = all at once)", n, b.o.Rate)
+	start := time.Now()
+	create := func(ctx context.Context, i int) error {
+		_, err := b.c.CoreV1().PersistentVolumeClaims(benchNS).Create(ctx, newClaim(benchNS, fmt.Sprintf("claim-%06d", i), benchClass), metav1.CreateOptions{})
+		t := time.Now()
+		mu.Lock()
+		created[i] = t
+		mu.Unlock()
+		return err
+	}
+	if b.o.Rate <= 0 {
+		if err := b.parallel(ctx, n, create); err != nil {
+			return err
+		}
+	} else {
+		if err := b.paced(ctx, n, create); err != nil {
+			return err
+		}
+	}
+	createdAll := time.Since(start)
+	logf("created %d claims in %.2fs; waiting until all are Bound", n, createdAll.Seconds())
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+wait:
+	for {
+		select {
+		case <-allBound:
+			break wait
+		case <-progress.C:
+			mu.Lock()
+			logf("%d/%d Bound after %.1fs", bound, n, time.Since(start).Seconds())
+			mu.Unlock()
+		case <-ctx.Done():
+			return fmt.Errorf("not all claims Bound: %w", ctx.Err())
+		}
+	}
+	elapsed := time.Since(start)
+	after, err := scrapeRequests(ctx, b.c)
+	if err != nil {
+		return err
+	}
+	lat := make([]float64, n)
+	for i := range n {
+		lat[i] = boundAt[i].Sub(created[i]).Seconds()
+	}
+	sort.Float64s(lat)
+	res.Provision = phase{
+		Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds(),
+		CreateSeconds: createdAll.Seconds(),
+		P50:           pct(lat, 0.50), P95: pct(lat, 0.95), P99: pct(lat, 0.99), Max: lat[n-1],
+	}
+	if res.Ceiling.VolumesPerSecond > 0 {
+		res.Provision.FractionOfCeiling = res.Provision.VolumesPerSecond / res.Ceiling.VolumesPerSecond
+	}
+	d := after.diff(before)
+	// The benchmark itself created the N claims and watches them: report the
+	// system's work per volume without them.
+	d[requestKey{Verb: "POST", Resource: "persistentvolumeclaims"}] -= float64(n)
+	res.API = apiCost(d, n)
+	return nil
+}
+
+// paced creates n claims at the offered rate, each on its own goroutine so a
+// slow create does not delay the next.
+func (b *bench) paced(ctx context.Context, n int, create func(context.Context, int) error) error {
+	interval := time.Duration(float64(time.Second) / b.o.Rate)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			if err := create(ctx, i); err != nil {
+				errs <- err
+			}
+		})
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p)
+	return sorted[i]
+}
+
+// measureIdle measures the provisioner's CPU use while nothing changes.
+func (b *bench) measureIdle(ctx context.Context, pid int, res *result) error {
+	logf("measuring idle CPU over %s with %d bound volumes", b.o.Idle, b.o.N)
+	u0, err := readProc(pid)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-time.After(b.o.Idle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	u1, err := readProc(pid)
+	if err != nil {
+		return err
+	}
+	res.Sidecar.IdleSeconds = b.o.Idle.Seconds()
+	res.Sidecar.IdleCPUPercent = 100 * (u1.CPU - u0.CPU).Seconds() / b.o.Idle.Seconds()
+	return nil
+}
+
+// deleteAll deletes every claim and waits until every PV of the class and
+// every driver volume is gone.
+func (b *bench) deleteAll(ctx context.Context, res *result) error {
+	n := b.o.N
+	logf("deleting %d claims", n)
+	start := time.Now()
+	err := b.parallel(ctx, n, func(ctx context.Context, i int) error {
+		err := b.c.CoreV1().PersistentVolumeClaims(benchNS).Delete(ctx, fmt.Sprintf("claim-%06d", i), metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	last := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, b.o.Timeout, true, func(ctx context.Context) (bool, error) {
+		pvs, err := b.c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		left := 0
+		for _, pv := range pvs.Items {
+			if pv.Spec.StorageClassName == benchClass {
+				left++
+			}
+		}
+		vols, err := b.driver.ListVolumes(ctx)
+		if err != nil {
+			return false, err
+		}
+		if time.Since(last) > 5*time.Second {
+			logf("%d PVs and %d volumes left after %.1fs", left, len(vols), time.Since(start).Seconds())
+			last = time.Now()
+		}
+		return left == 0 && len(vols) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("deletion did not finish: %w", err)
+	}
+	elapsed := time.Since(start)
+	res.Delete = phase{Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds()}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+)
+
+type result struct {
+	Machine     machine
+	Options     options
+	Provisioner string
+	Ceiling     ceiling
+	Provision   phase
+	Delete      phase
+	API         api
+	Sidecar     usage
+}
+
+type machine struct {
+	CPU       string
+	CPUs      int
+	MemoryGiB float64
+	Kernel    string
+	Go        string
+}
+
+type ceiling struct {
+	Volumes          int
+	Seconds          float64
+	VolumesPerSecond float64
+	WritesPerSecond  float64
+}
+
+type phase struct {
+	Seconds           float64
+	VolumesPerSecond  float64
+	CreateSeconds     float64 `json:",omitempty"`
+	FractionOfCeiling float64 `json:",omitempty"`
+	P50, P95, P99     float64 `json:",omitempty"`
+	Max               float64 `json:",omitempty"`
+}
+
+type api struct {
+	// WritesPerVolume counts PVC and PV creates, updates, status updates and
+	// patches per volume, excluding the benchmark's own PVC creates.
+	WritesPerVolume float64
+	// EventsPerVolume counts event creates and patches per volume.
+	EventsPerVolume float64
+	// PerVolume is every request kind per volume, benchmark's creates excluded.
+	PerVolume map[string]float64
+}
+
+type usage struct {
+	CPUSecondsProvision float64
+	CPUSecondsTotal     float64
+	RSSAfterBindMiB     float64
+	PeakRSSMiB          float64
+	IdleSeconds         float64 `json:",omitempty"`
+	IdleCPUPercent      float64 `json:",omitempty"`
+}
+
+func apiCost(d requestCounts, n int) api {
+	a := api{WritesPerVolume: d.volumeWrites() / float64(n), EventsPerVolume: d.events() / float64(n), PerVolume: map[string]float64{}}
+	for _, k := range d.sorted() {
+		if v := d[k] / float64(n); v >= 0.005 {
+			a.PerVolume[k.String()] = v
+		}
+	}
+	return a
+}
+
+func printResult(w io.Writer, r *result) {
+	fmt.Fprintf(w, "\n== csi-provisioner benchmark: %d claims, binder %s ==\n", r.Options.N, r.Options.Binder)
+	fmt.Fprintf(w, "machine: %s, %d CPUs, %.0f GiB, %s, %s\n", r.Machine.CPU, r.Machine.CPUs, r.Machine.MemoryGiB, r.Machine.Kernel, r.Machine.Go)
+	fmt.Fprintf(w, "provisioner: %s\n\n", r.Provisioner)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "API server write ceiling\t%.1f volumes/s\t(%.0f writes/s, %d volumes of 5 writes, unthrottled)\n", r.Ceiling.VolumesPerSecond, r.Ceiling.WritesPerSecond, r.Ceiling.Volumes)
+	fmt.Fprintf(tw, "provision + bind\t%.1f volumes/s\t(%d in %.2fs; %.0f%% of the ceiling; creates took %.2fs)\n",
+		r.Provision.VolumesPerSecond, r.Options.N, r.Provision.Seconds, 100*r.Provision.FractionOfCeiling, r.Provision.CreateSeconds)
+	fmt.Fprintf(tw, "created → Bound latency\tp50 %.3fs\tp95 %.3fs  p99 %.3fs  max %.3fs\n", r.Provision.P50, r.Provision.P95, r.Provision.P99, r.Provision.Max)
+	fmt.Fprintf(tw, "delete\t%.1f volumes/s\t(%.2fs until every PV and driver volume was gone)\n", r.Delete.VolumesPerSecond, r.Delete.Seconds)
+	fmt.Fprintf(tw, "PVC+PV writes per volume\t%.2f\t\n", r.API.WritesPerVolume)
+	fmt.Fprintf(tw, "events per volume\t%.2f\t\n", r.API.EventsPerVolume)
+	fmt.Fprintf(tw, "provisioner CPU\t%.1fs\t(%.1fs until all Bound)\n", r.Sidecar.CPUSecondsTotal, r.Sidecar.CPUSecondsProvision)
+	fmt.Fprintf(tw, "provisioner RSS\tpeak %.0f MiB\t(%.0f MiB after binding)\n", r.Sidecar.PeakRSSMiB, r.Sidecar.RSSAfterBindMiB)
+	if r.Sidecar.IdleSeconds > 0 {
+		fmt.Fprintf(tw, "provisioner idle CPU\t%.2f%% of a core\t(over %.0fs with %d bound volumes)\n", r.Sidecar.IdleCPUPercent, r.Sidecar.IdleSeconds, r.Options.N)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nAPI requests per volume while provisioning (benchmark's own PVC creates excluded):")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	keys := make([]string, 0, len(r.API.PerVolume))
+	for k := range r.API.PerVolume {
+		keys = append(keys, k)
+	}
+	sortByValue(keys, r.API.PerVolume)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "  %s\t%.2f\n", k, r.API.PerVolume[k])
+	}
+	_ = tw.Flush()
+}
+
+func sortByValue(keys []string, m map[string]float64) {
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && (m[keys[j]] > m[keys[j-1]] || (m[keys[j]] == m[keys[j-1]] && keys[j] < keys[j-1])); j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+}
+
+func describeMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %f kB", &kb); err == nil {
+			m.MemoryGiB = kb / (1 << 20)
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	return m
+}

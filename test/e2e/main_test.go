@@ -1,0 +1,206 @@
+// Package e2e runs the real csi-provisioner and hostpath-driver binaries
+// against a real kube-apiserver: the user-visible flows of provisioning,
+// binding and deletion, end to end.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+var shared *controlplane.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(controlplane.RunMain(m, controlplane.Config{}, &shared))
+}
+
+// stack is one driver and one sidecar serving a driver name of their own, in
+// a namespace of their own, on the shared control plane.
+type stack struct {
+	t         *testing.T
+	cp        *controlplane.ControlPlane
+	c         kubernetes.Interface
+	ns        string
+	driver    *e2e.Driver
+	sidecar   *e2e.Sidecar
+	dir       string
+	className string
+}
+
+type stackConfig struct {
+	driverArgs  []string
+	sidecarArgs []string
+	memory      bool
+}
+
+var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// newStack starts a hostpath driver named after the test and a sidecar for it.
+func newStack(t *testing.T, cfg stackConfig) *stack {
+	t.Helper()
+	cp := controlplane.Need(t, shared)
+	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := strings.Trim(nonName.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	s := &stack{t: t, cp: cp, c: cp.Client(), dir: t.TempDir(), className: base}
+	ns, err := s.c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ns = ns.Name
+	s.driver, err = e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{
+		Dir: s.dir, Name: base + ".csi.kube-storage.io", Memory: cfg.memory, Args: cfg.driverArgs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(s.dir, "sidecar.log"),
+		Args: append([]string{"-v=4", "--binder-resync-period=2s", "--retry-interval-max=5s"}, cfg.sidecarArgs...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.sidecar.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("sidecar log:\n%s", controlplane.TailFile(s.sidecar.LogPath, 60))
+			t.Logf("driver log:\n%s", controlplane.TailFile(s.driver.LogPath, 20))
+		}
+	})
+	if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// class creates a StorageClass of the stack's driver, modified by mod.
+func (s *stack) class(name string, mod func(*storagev1.StorageClass)) *storagev1.StorageClass {
+	s.t.Helper()
+	sc := testutil.NewSC(s.className+"-"+name, s.driver.Name).Obj()
+	sc.ResourceVersion, sc.UID = "", ""
+	if mod != nil {
+		mod(sc)
+	}
+	created, err := s.c.StorageV1().StorageClasses().Create(s.t.Context(), sc, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		_ = s.c.StorageV1().StorageClasses().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+	})
+	return created
+}
+
+// claim creates a claim in the stack's namespace.
+func (s *stack) claim(b *testutil.PVCBuilder) *corev1.PersistentVolumeClaim {
+	s.t.Helper()
+	pvc := b.RV("").Obj()
+	pvc.Namespace = s.ns
+	created, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Create(s.t.Context(), pvc, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return created
+}
+
+// waitBound waits for the claim to be Bound and returns it with its PV.
+func (s *stack) waitBound(name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	s.t.Helper()
+	var pvc *corev1.PersistentVolumeClaim
+	testutil.Eventually(s.t, 0, "claim "+name+" not Bound", func(ctx context.Context) (bool, error) {
+		var err error
+		pvc, err = s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, err
+	})
+	pv, err := s.c.CoreV1().PersistentVolumes().Get(s.t.Context(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return pvc, pv
+}
+
+// deleteAndWaitGone deletes the claim and waits until it, its PV (if any)
+// and every driver volume are gone.
+func (s *stack) deleteAndWaitGone(name, pvName string) {
+	s.t.Helper()
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		s.t.Fatal(err)
+	}
+	s.waitGone(name, pvName)
+}
+
+func (s *stack) waitGone(name, pvName string) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 0, "claim "+name+" not deleted", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	if pvName != "" {
+		testutil.Eventually(s.t, 0, "PV "+pvName+" not deleted", func(ctx context.Context) (bool, error) {
+			_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), ignoreNotFound(err)
+		})
+	}
+	testutil.Eventually(s.t, 0, "the driver still has volumes", func(ctx context.Context) (bool, error) {
+		vols, err := s.driver.ListVolumes(ctx)
+		return len(vols) == 0, err
+	})
+}
+
+// events returns the events about an object, as "Type Reason: message".
+func (s *stack) events(ns string, uid string) []string {
+	s.t.Helper()
+	list, err := s.c.CoreV1().Events(ns).List(s.t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + uid})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Message))
+	}
+	return out
+}
+
+// waitEvent waits for an event of the given type and reason whose message
+// contains fragment, about the object with uid.
+func (s *stack) waitEvent(ns, uid, eventType, reason, fragment string) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 0, fmt.Sprintf("no %s %s event containing %q", eventType, reason, fragment), func(ctx context.Context) (bool, error) {
+		for _, e := range s.events(ns, uid) {
+			if strings.HasPrefix(e, eventType+" "+reason+":") && strings.Contains(e, fragment) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
