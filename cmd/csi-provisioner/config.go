@@ -107,9 +107,10 @@ const (
 // Defaults that differ from upstream, in one place. See the README section
 // "Defaults that differ from upstream" for why.
 const (
-	defaultKubeAPIQPS   = 100 // upstream 5: caps provisioning under 2 volumes/s
-	defaultKubeAPIBurst = 200 // upstream 10
-	defaultWorkers      = 100 // upstream 100
+	defaultKubeAPIQPS    = 300 // upstream 5: caps provisioning under 2 volumes/s
+	defaultKubeAPIBurst  = 600 // upstream 10
+	defaultBinderWorkers = 16
+	defaultWorkers       = 100 // upstream 100
 )
 
 func newConfig() *Config {
@@ -141,7 +142,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.ShowVersion, "version", false, "Show version and exit.")
 	fs.StringVar(&c.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
-	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "QPS to use while communicating with the kubernetes apiserver. (upstream default 5)")
+	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "QPS to use while communicating with the kubernetes apiserver; events have a second budget of the same size. (upstream default 5)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst to use while communicating with the kubernetes apiserver. (upstream default 10)")
 
 	fs.StringVar(&c.CSIAddress, "csi-address", "/run/csi/socket", "The gRPC endpoint for the CSI driver: a unix socket path or unix:// URL.")
@@ -162,7 +163,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 
 	fs.BoolVar(&c.EnableBinder, "enable-binder", true, "Bind claims and volumes of this driver and release them (the job of kube-controller-manager's persistentvolume-binder). With false, the sidecar relies on kube-controller-manager, as upstream.")
 	fs.DurationVar(&c.BinderResyncPeriod, "binder-resync-period", 15*time.Second, "How often the binder re-checks claims and volumes that may need work (the role of --pvclaimbinder-sync-period).")
-	fs.IntVar(&c.BinderWorkers, "binder-workers", 4, "Number of binder workers for claims and, separately, for volumes.")
+	fs.IntVar(&c.BinderWorkers, "binder-workers", defaultBinderWorkers, "Number of binder workers for claims and, separately, for volumes.")
 
 	fs.BoolVar(&c.LeaderElection, "leader-election", false, "Enable leader election.")
 	fs.StringVar(&c.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace where the leader election resource lives. Defaults to the pod namespace if not set.")

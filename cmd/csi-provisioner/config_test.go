@@ -31,7 +31,7 @@ func TestUpstreamFlagDefaults(t *testing.T) {
 		"leader-election-retry-period": "5s", "http-endpoint": "", "metrics-address": "", "metrics-path": "/metrics",
 		"automaxprocs": "false",
 		// Ours, differing on purpose (README "Defaults that differ from upstream").
-		"kube-api-qps": "100", "kube-api-burst": "200",
+		"kube-api-qps": "300", "kube-api-burst": "600",
 	}
 	for name, def := range want {
 		f := fs.Lookup(name)

@@ -44,10 +44,15 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	main, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
+	events, err := kubernetes.NewForConfig(restCfg) // same limits, own budget
+	if err != nil {
+		return fmt.Errorf("create Kubernetes event client: %w", err)
+	}
+	client := eventSplitClient{Interface: main, events: events}
 
 	mm := metrics.NewCSIMetricsManagerWithOptions("",
 		metrics.WithProcessStartTime(false),

@@ -15,12 +15,17 @@ import (
 // summed over codes and scopes.
 type requestKey struct {
 	Verb, Resource, Subresource string
+	// Code is set only for rejected writes (HTTP 409 Conflict).
+	Code string
 }
 
 func (k requestKey) String() string {
 	r := k.Resource
 	if k.Subresource != "" {
 		r += "/" + k.Subresource
+	}
+	if k.Code != "" {
+		r += " (" + k.Code + ")"
 	}
 	return k.Verb + " " + r
 }
@@ -49,6 +54,9 @@ func scrapeRequests(ctx context.Context, c kubernetes.Interface) (requestCounts,
 			continue
 		}
 		out[requestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"]}] += v
+		if labels["code"] == "409" {
+			out[requestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"], Code: "409"}] += v
+		}
 	}
 	return out, sc.Err()
 }
@@ -97,7 +105,7 @@ func isWrite(verb string) bool {
 func (r requestCounts) volumeWrites() float64 {
 	var n float64
 	for k, v := range r {
-		if isWrite(k.Verb) && k.Verb != "DELETE" && (k.Resource == "persistentvolumeclaims" || k.Resource == "persistentvolumes") {
+		if k.Code == "" && isWrite(k.Verb) && k.Verb != "DELETE" && (k.Resource == "persistentvolumeclaims" || k.Resource == "persistentvolumes") {
 			n += v
 		}
 	}
@@ -108,7 +116,7 @@ func (r requestCounts) volumeWrites() float64 {
 func (r requestCounts) events() float64 {
 	var n float64
 	for k, v := range r {
-		if isWrite(k.Verb) && k.Resource == "events" {
+		if k.Code == "" && isWrite(k.Verb) && k.Resource == "events" {
 			n += v
 		}
 	}

@@ -40,6 +40,7 @@ type options struct {
 	BinDir         string
 	Out            string
 	Timeout        time.Duration
+	KeepDir        bool
 }
 
 func main() {
@@ -51,8 +52,8 @@ func main() {
 	flag.StringVar(&o.SidecarArgs, "sidecar-args", "", "extra flags for the provisioner, space separated")
 	flag.Float64Var(&o.QPS, "qps", 0, "--kube-api-qps for the provisioner (0: its default)")
 	flag.IntVar(&o.Burst, "burst", 0, "--kube-api-burst for the provisioner (0: its default)")
-	flag.Float64Var(&o.KCMQPS, "kcm-qps", 0, "kube-controller-manager --kube-api-qps (0: its default, 20)")
-	flag.IntVar(&o.KCMBurst, "kcm-burst", 0, "kube-controller-manager --kube-api-burst (0: its default, 30)")
+	flag.Float64Var(&o.KCMQPS, "kcm-qps", 1000, "kube-controller-manager --kube-api-qps: its protection controllers remove a finalizer from every deleted claim and volume, and its default (20) would cap deletion at the environment, not the provisioner")
+	flag.IntVar(&o.KCMBurst, "kcm-burst", 2000, "kube-controller-manager --kube-api-burst")
 	flag.IntVar(&o.CeilingN, "ceiling-n", 500, "volumes written by the unthrottled reference writer that measures the API server's write ceiling")
 	flag.IntVar(&o.Concurrency, "concurrency", 64, "concurrent requests of the benchmark's own clients")
 	flag.DurationVar(&o.Idle, "idle", 0, "after binding, measure the provisioner's idle CPU over this long (e.g. 1m)")
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&o.BinDir, "bin-dir", "", "directory with csi-provisioner and hostpath-driver (default: build them)")
 	flag.StringVar(&o.Out, "out", "", "JSON result file (default test/bench/results/<time>.json)")
 	flag.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
+	flag.BoolVar(&o.KeepDir, "keep-dir", false, "keep the working directory with the logs of every process")
 	flag.Parse()
 	if o.Binder != "ours" && o.Binder != "kcm" {
 		fmt.Fprintln(os.Stderr, "bench: -binder must be ours or kcm")
@@ -115,7 +117,11 @@ func run(ctx context.Context, o options) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	if o.KeepDir {
+		logf("logs are kept in %s", dir)
+	} else {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
 
 	logf("starting the control plane (etcd fsync %v)", o.Fsync)
 	cp, err := controlplane.Start(ctx, controlplane.Config{

@@ -18,6 +18,9 @@ type result struct {
 	Delete      phase
 	API         api
 	Sidecar     usage
+	// SidecarMetrics are the provisioner's own request and write counters
+	// after binding (our sidecar only).
+	SidecarMetrics map[string]float64 `json:",omitempty"`
 }
 
 type machine struct {
@@ -48,6 +51,11 @@ type api struct {
 	// WritesPerVolume counts PVC and PV creates, updates, status updates and
 	// patches per volume, excluding the benchmark's own PVC creates.
 	WritesPerVolume float64
+	// ProvisionerWritesPerVolume counts the object writes of the provisioner
+	// process alone: its own client's PUT/PATCH/DELETE requests plus the PV
+	// creates (only a provisioner creates PVs here). Zero when the
+	// provisioner does not serve client-go's request metrics.
+	ProvisionerWritesPerVolume float64 `json:",omitempty"`
 	// EventsPerVolume counts event creates and patches per volume.
 	EventsPerVolume float64
 	// PerVolume is every request kind per volume, benchmark's creates excluded.
@@ -83,7 +91,10 @@ func printResult(w io.Writer, r *result) {
 		r.Provision.VolumesPerSecond, r.Options.N, r.Provision.Seconds, 100*r.Provision.FractionOfCeiling, r.Provision.CreateSeconds)
 	fmt.Fprintf(tw, "created → Bound latency\tp50 %.3fs\tp95 %.3fs  p99 %.3fs  max %.3fs\n", r.Provision.P50, r.Provision.P95, r.Provision.P99, r.Provision.Max)
 	fmt.Fprintf(tw, "delete\t%.1f volumes/s\t(%.2fs until every PV and driver volume was gone)\n", r.Delete.VolumesPerSecond, r.Delete.Seconds)
-	fmt.Fprintf(tw, "PVC+PV writes per volume\t%.2f\t\n", r.API.WritesPerVolume)
+	fmt.Fprintf(tw, "PVC+PV writes per volume\t%.2f\t(all clients, incl. kube-controller-manager's protection controllers)\n", r.API.WritesPerVolume)
+	if r.API.ProvisionerWritesPerVolume > 0 {
+		fmt.Fprintf(tw, "  by the provisioner\t%.2f\t(its own client's updates + PV creates; events excluded)\n", r.API.ProvisionerWritesPerVolume)
+	}
 	fmt.Fprintf(tw, "events per volume\t%.2f\t\n", r.API.EventsPerVolume)
 	fmt.Fprintf(tw, "provisioner CPU\t%.1fs\t(%.1fs until all Bound)\n", r.Sidecar.CPUSecondsTotal, r.Sidecar.CPUSecondsProvision)
 	fmt.Fprintf(tw, "provisioner RSS\tpeak %.0f MiB\t(%.0f MiB after binding)\n", r.Sidecar.PeakRSSMiB, r.Sidecar.RSSAfterBindMiB)
@@ -102,6 +113,17 @@ func printResult(w io.Writer, r *result) {
 		fmt.Fprintf(tw, "  %s\t%.2f\n", k, r.API.PerVolume[k])
 	}
 	_ = tw.Flush()
+	if len(r.SidecarMetrics) > 0 {
+		fmt.Fprintln(w, "\nThe provisioner's own counters after binding:")
+		keys := make([]string, 0, len(r.SidecarMetrics))
+		for k := range r.SidecarMetrics {
+			keys = append(keys, k)
+		}
+		sortByValue(keys, r.SidecarMetrics)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s %.0f\n", k, r.SidecarMetrics[k])
+		}
+	}
 }
 
 func sortByValue(keys []string, m map[string]float64) {
