@@ -112,6 +112,7 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 	if err != nil {
 		return err
 	}
+	createdAt := time.Now() // creationTimestamp has whole seconds only
 
 	var bound *corev1.PersistentVolumeClaim
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -120,7 +121,7 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 	}); err != nil {
 		return fmt.Errorf("claim not Bound: %w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
 	}
-	s.step("The claim is Bound, %.2fs after it was created", time.Since(created.CreationTimestamp.Time).Seconds())
+	s.step("The claim is Bound, %.3fs after it was created", time.Since(createdAt).Seconds())
 	now := time.Now()
 	e2e.PrintPVCs(out, now, bound)
 	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, bound.Spec.VolumeName, metav1.GetOptions{})
@@ -160,7 +161,7 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 	}); err != nil {
 		return fmt.Errorf("PV not deleted: %w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
 	}
-	s.step("PV %s is gone, %.2fs after the claim was deleted", pv.Name, time.Since(deleted).Seconds())
+	s.step("PV %s is gone, %.3fs after the claim was deleted", pv.Name, time.Since(deleted).Seconds())
 	pvs, err := c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
