@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// TestEndpointsAndLeaderElection runs the sidecar with leader election and
+// an HTTP endpoint: /readyz turns ready, the Lease carries upstream's name
+// (the driver name with non-alphanumerics replaced), the leader-election
+// health check answers, and /metrics serves upstream's metric names and the
+// binder's after a claim is provisioned.
+func TestEndpointsAndLeaderElection(t *testing.T) {
+	port := freePort(t)
+	endpoint := "127.0.0.1:" + strconv.Itoa(port)
+	s := newStack(t, stackConfig{sidecarArgs: []string{
+		"--http-endpoint=" + endpoint,
+		"--leader-election", "--leader-election-namespace=kube-system",
+		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s",
+	}})
+	get := func(ctx context.Context, path string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+path, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", nil // not listening yet
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	testutil.Eventually(t, 0, "/readyz not ready", func(ctx context.Context) (bool, error) {
+		code, _, err := get(ctx, "/readyz")
+		return code == http.StatusOK, err
+	})
+	testutil.Eventually(t, 0, "/healthz/leader-election not healthy", func(ctx context.Context) (bool, error) {
+		code, _, err := get(ctx, "/healthz/leader-election")
+		return code == http.StatusOK, err
+	})
+	leaseName := strings.NewReplacer(".", "-").Replace(s.driver.Name)
+	lease, err := s.c.CoordinationV1().Leases("kube-system").Get(t.Context(), leaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Lease %s: %v", leaseName, err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Errorf("Lease has no holder: %+v", lease.Spec)
+	}
+
+	sc := s.class("metrics", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "m").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	want := []string{
+		`csi_sidecar_operations_seconds_count{driver_name="` + s.driver.Name + `",grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume"}`,
+		`controller_persistentvolumeclaim_provision_total{class="` + sc.Name + `",source=""} 1`,
+		`csi_provisioner_binder_bound_pv_count{storage_class="` + sc.Name + `"} 1`,
+		`csi_provisioner_binder_bound_pvc_count{storage_class="` + sc.Name + `"} 1`,
+		`workqueue_adds_total{name="claims"}`,
+		`rest_client_requests_total`,
+	}
+	testutil.Eventually(t, 0, "metrics missing", func(ctx context.Context) (bool, error) {
+		_, body, err := get(ctx, "/metrics")
+		if err != nil {
+			return false, err
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Logf("/metrics lacks %s", w)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
