@@ -14,11 +14,15 @@ LDFLAGS := -X main.version=$(VERSION)
 BIN := bin
 TOOLS := hack/tools/build.sh
 HELM = $(shell $(TOOLS) path helm)/helm
+KUSTOMIZE = $(shell $(TOOLS) path kustomize)/kustomize
 GOLANGCI_LINT = $(shell $(TOOLS) path golangci-lint)/golangci-lint
 # Packages that need the local control plane (or build binaries and run them).
 INTEGRATION_PKGS := ./test/... ./internal/controlplane/...
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/ -e /internal/controlplane)
 TEST_TIMEOUT ?= 25m
+# What the tests need: the control plane is required (never skipped), the
+# tools' paths, and the binaries `make build` just built.
+TEST_ENV = CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(BIN)
 
 .PHONY: help
 help: ## List the targets.
@@ -30,17 +34,17 @@ build: ## Build the sidecar and the example driver into bin/.
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/hostpath-driver ./examples/hostpath-driver
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, helm and golangci-lint.
-	$(TOOLS) etcd kubernetes helm golangci-lint
+tools: ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, helm, kustomize and golangci-lint.
+	$(TOOLS) etcd kubernetes helm kustomize golangci-lint
 
 .PHONY: tools-test
 tools-test: ## Build (or reuse) only what `make test` needs.
-	$(TOOLS) etcd kubernetes helm
+	$(TOOLS) etcd kubernetes helm kustomize
 
 .PHONY: test
-test: tools-test ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
+test: tools-test build ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
 	hack/no-leftovers.sh snapshot
-	CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 HELM=$(HELM) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	hack/no-leftovers.sh check
 
 .PHONY: test-unit
@@ -48,9 +52,9 @@ test-unit: ## Run the unit tests (no control plane needed).
 	$(GO) test -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 
 .PHONY: test-integration
-test-integration: tools-test ## Run the tests against the local control plane.
+test-integration: tools-test build ## Run the tests against the local control plane.
 	hack/no-leftovers.sh snapshot
-	CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 HELM=$(HELM) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
+	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
 	hack/no-leftovers.sh check
 
 .PHONY: sanity
@@ -65,9 +69,14 @@ demo: tools-test build ## Run the sidecar on a local control plane: provision, b
 bench: tools-test build ## Measure throughput, latency, API cost and memory (ARGS="-n 1000").
 	$(GO) run ./test/bench --bin-dir $(BIN) $(ARGS)
 
+.PHONY: bench-upstream
+bench-upstream: tools-test build ## The benchmark with upstream external-provisioner v6.3.0 and kube-controller-manager's binder, side by side with ours.
+	$(TOOLS) external-provisioner
+	$(GO) run ./test/bench --bin-dir $(BIN) -binder kcm -provisioner-cmd $(shell $(TOOLS) path external-provisioner)/csi-provisioner $(ARGS)
+
 .PHONY: chaos
 chaos: tools-test build ## Long chaos run with invariant checks (ARGS="-n 1000").
-	CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 CHAOS_LONG=1 $(GO) test -count=1 -timeout 120m -v -run TestChaos ./test/chaos/ $(ARGS)
+	$(TEST_ENV) CHAOS_LONG=1 $(GO) test -count=1 -timeout 120m -v -run TestChaos ./test/chaos/ $(ARGS)
 
 .PHONY: chart
 chart: ## Lint and render the Helm chart with default and all-options values.

@@ -8,7 +8,7 @@
 # wrong-version binary is rebuilt. Builds go to a temporary directory and are
 # renamed into place, so an interrupted build never leaves a broken binary.
 #
-#   usage: hack/tools/build.sh [kubernetes|etcd|helm|golangci-lint|all|path TOOL]
+#   usage: hack/tools/build.sh [kubernetes|etcd|helm|kustomize|golangci-lint|external-provisioner|all|path TOOL]
 #   `path TOOL` prints the directory holding TOOL's binaries and builds nothing.
 set -euo pipefail
 
@@ -24,7 +24,9 @@ dir_of() {
 	kubernetes) echo "$cache/kubernetes-$KUBERNETES_VERSION" ;;
 	etcd) echo "$cache/etcd-$ETCD_VERSION" ;;
 	helm) echo "$cache/helm-$HELM_VERSION" ;;
+	kustomize) echo "$cache/kustomize-$KUSTOMIZE_VERSION" ;;
 	golangci-lint) echo "$cache/golangci-lint-$GOLANGCI_LINT_VERSION" ;;
+	external-provisioner) echo "$cache/external-provisioner-$EXTERNAL_PROVISIONER_VERSION" ;;
 	*) echo "unknown tool $1" >&2; exit 2 ;;
 	esac
 }
@@ -82,11 +84,28 @@ build_helm_into() {
 		helm.sh/helm/v3/cmd/helm)
 }
 
+# kustomize reports the version of its module from the build info, so no
+# -ldflags are needed for `kustomize version` to print $KUSTOMIZE_VERSION.
+build_kustomize_into() {
+	log "building kustomize $KUSTOMIZE_VERSION (about 1 minute)"
+	(cd "$here/kustomize" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/kustomize" \
+		sigs.k8s.io/kustomize/kustomize/v5)
+}
+
 build_golangci_lint_into() {
 	log "building golangci-lint $GOLANGCI_LINT_VERSION (about 3 minutes)"
 	(cd "$here/golangci-lint" && CGO_ENABLED=0 go build -trimpath -o "$1/golangci-lint" \
 		-ldflags "-s -w -X main.version=${GOLANGCI_LINT_VERSION#v}" \
 		github.com/golangci/golangci-lint/v2/cmd/golangci-lint)
+}
+
+# Upstream kubernetes-csi/external-provisioner, only for side-by-side
+# benchmarks (make bench-upstream); never part of a test.
+build_external_provisioner_into() {
+	log "building upstream external-provisioner $EXTERNAL_PROVISIONER_VERSION (about 3 minutes)"
+	(cd "$here/external-provisioner" && CGO_ENABLED=0 go build -trimpath -o "$1/csi-provisioner" \
+		-ldflags "-s -w -X main.version=$EXTERNAL_PROVISIONER_VERSION" \
+		github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner)
 }
 
 ensure() {
@@ -109,6 +128,16 @@ ensure() {
 		install_into "$dir" build_helm_into
 		has_version "$dir/helm" "$HELM_VERSION" version --template '{{.Version}}'
 		;;
+	kustomize)
+		has_version "$dir/kustomize" "$KUSTOMIZE_VERSION" version && return
+		install_into "$dir" build_kustomize_into
+		has_version "$dir/kustomize" "$KUSTOMIZE_VERSION" version
+		;;
+	external-provisioner)
+		has_version "$dir/csi-provisioner" "$EXTERNAL_PROVISIONER_VERSION" --version && return
+		install_into "$dir" build_external_provisioner_into
+		has_version "$dir/csi-provisioner" "$EXTERNAL_PROVISIONER_VERSION" --version
+		;;
 	golangci-lint)
 		has_version "$dir/golangci-lint" "${GOLANGCI_LINT_VERSION#v}" --version && return
 		install_into "$dir" build_golangci_lint_into
@@ -120,6 +149,6 @@ ensure() {
 
 case ${1:-all} in
 path) dir_of "${2:?usage: $0 path TOOL}" ;;
-all) for t in etcd kubernetes helm golangci-lint; do ensure "$t"; done ;;
+all) for t in etcd kubernetes helm kustomize golangci-lint; do ensure "$t"; done ;;
 *) for t in "$@"; do ensure "$t"; done ;;
 esac

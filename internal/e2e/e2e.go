@@ -33,10 +33,20 @@ var (
 	buildErr  error
 )
 
-// Build compiles cmd/csi-provisioner and examples/hostpath-driver once per
-// process into a temporary directory, or, when dir is not empty, uses the
-// binaries already there (the Makefile's bin/).
+// BinDirEnv names the environment variable with a directory holding
+// csi-provisioner and hostpath-driver already built (`make test` sets it to
+// bin/ after `make build`).
+const BinDirEnv = "CSI_PROVISIONER_BIN_DIR"
+
+// Build returns the binaries to run: those in dir, else those in $BinDirEnv,
+// else it compiles cmd/csi-provisioner and examples/hostpath-driver once per
+// process into one directory under the system's temporary directory, shared
+// by all test processes (each binary is written under a temporary name and
+// renamed into place, so a process still running the old one is unharmed).
 func Build(ctx context.Context, dir string) (Binaries, error) {
+	if dir == "" {
+		dir = os.Getenv(BinDirEnv)
+	}
 	if dir != "" {
 		b := Binaries{Sidecar: filepath.Join(dir, "csi-provisioner"), Driver: filepath.Join(dir, "hostpath-driver")}
 		for _, p := range []string{b.Sidecar, b.Driver} {
@@ -46,28 +56,33 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 		}
 		return b, nil
 	}
-	buildOnce.Do(func() {
-		root, err := controlplane.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		out, err := os.MkdirTemp("", "csi-provisioner-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		built = Binaries{Sidecar: filepath.Join(out, "csi-provisioner"), Driver: filepath.Join(out, "hostpath-driver")}
-		for pkg, bin := range map[string]string{"./cmd/csi-provisioner": built.Sidecar, "./examples/hostpath-driver": built.Driver} {
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
-			cmd.Dir = root
-			if b, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-				return
-			}
-		}
-	})
+	buildOnce.Do(func() { built, buildErr = build(ctx) })
 	return built, buildErr
+}
+
+func build(ctx context.Context) (Binaries, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("csi-provisioner-bin-%d", os.Getuid()))
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return Binaries{}, err
+	}
+	b := Binaries{Sidecar: filepath.Join(out, "csi-provisioner"), Driver: filepath.Join(out, "hostpath-driver")}
+	for pkg, bin := range map[string]string{"./cmd/csi-provisioner": b.Sidecar, "./examples/hostpath-driver": b.Driver} {
+		tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(tmp)
+			return Binaries{}, fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+		if err := os.Rename(tmp, bin); err != nil {
+			return Binaries{}, err
+		}
+	}
+	return b, nil
 }
 
 // Driver is a running hostpath driver.

@@ -1,0 +1,78 @@
+{{/*
+csi-provisioner.name: the chart's name, capped at 63 characters.
+*/}}
+{{- define "csi-provisioner.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.fullname: the prefix of every namespaced object and of the
+cluster-wide RBAC objects. The release name alone when it already contains
+the chart's name, else "<release>-csi-provisioner"; capped at 63 characters.
+*/}}
+{{- define "csi-provisioner.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.chart: "<name>-<version>" for the helm.sh/chart label.
+*/}}
+{{- define "csi-provisioner.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.selectorLabels: the labels the Deployment and the Service
+select the pods by. They never change after install.
+*/}}
+{{- define "csi-provisioner.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "csi-provisioner.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{/*
+csi-provisioner.labels: the labels of every object: the selector labels,
+the version, the manager, helm.sh/chart and customLabels.
+*/}}
+{{- define "csi-provisioner.labels" -}}
+{{ include "csi-provisioner.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: csi-provisioner
+helm.sh/chart: {{ include "csi-provisioner.chart" . }}
+{{- with .Values.customLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+csi-provisioner.serviceAccountName: the ServiceAccount the pod runs as.
+*/}}
+{{- define "csi-provisioner.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "csi-provisioner.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.image: "repository:tag" of an image block (dict "image"
+IMAGE "root" $); the tag defaults to the chart's appVersion.
+*/}}
+{{- define "csi-provisioner.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.hasArg: "true" when the list .args has the flag .flag, as
+-flag or --flag, alone or with a value (=v or a following word); else "".
+*/}}
+{{- define "csi-provisioner.hasArg" -}}
+{{- if regexMatch (printf "(^| )--?%s(=| |$)" (regexQuoteMeta .flag)) (join " " .args) -}}true{{- end -}}
+{{- end -}}

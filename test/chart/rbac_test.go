@@ -1,0 +1,640 @@
+package chart
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// The secret the StorageClass names and the driver requires in both
+// CreateVolume and DeleteVolume, so that provisioning reads a Secret.
+const (
+	secretName  = "provisioner-secret"
+	secretKey   = "token"
+	secretValue = "s3cret"
+)
+
+// rbacStack is the example driver and the real sidecar running as the
+// chart's ServiceAccount, in a namespace of their own.
+type rbacStack struct {
+	t         *testing.T
+	cp        *controlplane.ControlPlane
+	ns        string
+	user      string // system:serviceaccount:<ns>:<sa>
+	driver    *e2e.Driver
+	sidecar   *e2e.Sidecar
+	className string
+}
+
+// rbacKinds are the kinds of the chart's RBAC.
+var rbacKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+// startUnderChartRBAC renders the chart for a release named after name,
+// applies its ServiceAccount and RBAC (after mutate, if not nil), waits
+// until the API server authorizes exactly those rules, and starts the
+// hostpath driver (memory backend, with topology, attach and required
+// secrets, so the csinodes, nodes, volumeattachments and secrets rules are
+// used) and the sidecar with the
+// chart's arguments and a kubeconfig that impersonates the ServiceAccount.
+func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.Binaries, name string, mutate func(*rbacv1.ClusterRole, *rbacv1.Role)) *rbacStack {
+	t.Helper()
+	s := &rbacStack{t: t, cp: cp, ns: createNamespace(t, cp, "rbac-"+name), className: "rbac-" + name}
+	driverName := name + ".rbac.csi.kube-storage.io"
+	m := mustHelmTemplate(t, "rbac-"+name, s.ns, "--set", "csiDriver.name="+driverName)
+
+	var objs manifest
+	var role *rbacv1.ClusterRole
+	var leaseRole *rbacv1.Role
+	for _, o := range m {
+		switch o.GetKind() {
+		case "ClusterRole":
+			role = typed[rbacv1.ClusterRole](t, o)
+		case "Role":
+			leaseRole = typed[rbacv1.Role](t, o)
+		case "ServiceAccount":
+			s.user = "system:serviceaccount:" + s.ns + ":" + o.GetName()
+		}
+		if slices.Contains(rbacKinds, o.GetKind()) {
+			objs = append(objs, o)
+		}
+	}
+	if role == nil || leaseRole == nil || s.user == "" {
+		t.Fatalf("the chart rendered no ClusterRole, Role or ServiceAccount: %v", m.ids())
+	}
+	if mutate != nil {
+		mutate(role, leaseRole)
+		for i, o := range objs {
+			switch o.GetKind() {
+			case "ClusterRole":
+				objs[i] = toObject(t, role)
+			case "Role":
+				objs[i] = toObject(t, leaseRole)
+			}
+		}
+	}
+	newApplier(t, cp).applyAll(t, objs)
+	s.waitAuthorized(append(role.Rules, leaseRole.Rules...))
+
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "serviceaccount.kubeconfig")
+	writeImpersonatingKubeconfig(t, cp.KubeconfigPath, kubeconfig, s.user)
+
+	var err error
+	s.driver, err = e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{
+		Dir: dir, Name: driverName, Memory: true,
+		Args: []string{"--enable-attach",
+			"--require-create-secret=" + secretKey + "=" + secretValue,
+			"--require-delete-secret=" + secretKey + "=" + secretValue},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+
+	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: kubeconfig, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
+		Args: s.sidecarArgs(m),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.sidecar.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("sidecar log:\n%s", controlplane.TailFile(s.sidecar.LogPath, 60))
+			t.Logf("driver log:\n%s", controlplane.TailFile(s.driver.LogPath, 20))
+		}
+	})
+	return s
+}
+
+// sidecarArgs are the chart's arguments for the sidecar container, with
+// $(ADDRESS) expanded to the driver's socket and --http-endpoint on a free
+// loopback port, plus a shorter retry interval and more verbose logs.
+func (s *rbacStack) sidecarArgs(m manifest) []string {
+	s.t.Helper()
+	var args []string
+	for _, c := range typed[appsv1.Deployment](s.t, m.one(s.t, "Deployment")).Spec.Template.Spec.Containers {
+		if c.Name != sidecarName {
+			continue
+		}
+		for _, a := range c.Args {
+			switch {
+			case strings.HasPrefix(a, "--http-endpoint="):
+				a = "--http-endpoint=127.0.0.1:0"
+			default:
+				a = strings.ReplaceAll(a, "$(ADDRESS)", s.driver.Socket)
+			}
+			args = append(args, a)
+		}
+	}
+	if !slices.Contains(args, "--leader-election=true") || !slices.Contains(args, "--leader-election-namespace="+s.ns) {
+		s.t.Fatalf("the chart's sidecar args %q lack leader election in %s", args, s.ns)
+	}
+	return append(args, "--retry-interval-max=5s", "-v=4")
+}
+
+// toObject encodes a typed object as a rendered object.
+func toObject(t *testing.T, v any) object {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(b); err != nil {
+		t.Fatal(err)
+	}
+	return object{Unstructured: u, JSON: b}
+}
+
+// writeImpersonatingKubeconfig copies the admin kubeconfig to path with
+// every user impersonating user: the API server authorizes each request of
+// the sidecar as the ServiceAccount, with its groups.
+func writeImpersonatingKubeconfig(t *testing.T, admin, path, user string) {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Impersonate = user
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAuthorized waits until a SubjectAccessReview allows the
+// ServiceAccount every verb of rules (RBAC changes reach the authorizer
+// through a cache), so that a forbidden request of the sidecar is never a
+// race with the bindings.
+func (s *rbacStack) waitAuthorized(rules []rbacv1.PolicyRule) {
+	s.t.Helper()
+	ns := strings.Split(s.user, ":")[2]
+	testutil.Eventually(s.t, 0, "the chart's RBAC not in effect for "+s.user, func(ctx context.Context) (bool, error) {
+		for _, r := range rules {
+			for _, group := range r.APIGroups {
+				for _, res := range r.Resources {
+					resource, sub, _ := strings.Cut(res, "/")
+					for _, verb := range r.Verbs {
+						review, err := s.cp.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+							Spec: authorizationv1.SubjectAccessReviewSpec{
+								User:   s.user,
+								Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+								ResourceAttributes: &authorizationv1.ResourceAttributes{
+									Namespace: ns, Verb: verb, Group: group, Resource: resource, Subresource: sub,
+								},
+							},
+						}, metav1.CreateOptions{})
+						if err != nil {
+							return false, err
+						}
+						if !review.Status.Allowed {
+							return false, nil
+						}
+					}
+				}
+			}
+		}
+		return true, nil
+	})
+}
+
+// class creates, as the admin, the secret and a StorageClass of the driver
+// that names it.
+func (s *rbacStack) class() {
+	s.t.Helper()
+	ctx, c := s.t.Context(), s.cp.Client()
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: s.ns},
+		StringData: map[string]string{secretKey: secretValue},
+	}
+	if _, err := c.CoreV1().Secrets(s.ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	sc := testutil.NewSC(s.className, s.driver.Name).
+		Param("csi.storage.k8s.io/provisioner-secret-name", secretName).
+		Param("csi.storage.k8s.io/provisioner-secret-namespace", s.ns).Obj()
+	sc.ResourceVersion, sc.UID = "", ""
+	if _, err := c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		_ = c.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+	})
+}
+
+// claim creates, as the admin, a 1Gi claim of the class; with volumeName,
+// one that names that volume.
+func (s *rbacStack) claim(name, volumeName string) *corev1.PersistentVolumeClaim {
+	s.t.Helper()
+	b := testutil.NewPVC(s.ns, name).Class(s.className).Size("1Gi").RV("")
+	if volumeName != "" {
+		b = b.VolumeName(volumeName)
+	}
+	created, err := s.cp.Client().CoreV1().PersistentVolumeClaims(s.ns).Create(s.t.Context(), b.Obj(), metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return created
+}
+
+// staticVolume creates, as the admin, an Available volume of the driver and
+// the class with reclaim policy Retain: binding a claim to it is the
+// binder's update of its claimRef.
+func (s *rbacStack) staticVolume() *corev1.PersistentVolume {
+	s.t.Helper()
+	c := s.cp.Client()
+	pv := testutil.NewPV("static-"+s.ns, s.driver.Name).Class(s.className).
+		ReclaimPolicy(corev1.PersistentVolumeReclaimRetain).RV("").Obj()
+	pv.Status = corev1.PersistentVolumeStatus{}
+	created, err := c.CoreV1().PersistentVolumes().Create(s.t.Context(), pv, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		_ = c.CoreV1().PersistentVolumes().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+	})
+	return created
+}
+
+// waitClaimBound waits until the claim is Bound and returns its volume's name.
+func (s *rbacStack) waitClaimBound(name string) string {
+	s.t.Helper()
+	var pvName string
+	testutil.Eventually(s.t, 0, "claim "+name+" not Bound under the chart's RBAC", func(ctx context.Context) (bool, error) {
+		got, err := s.cp.Client().CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pvName = got.Spec.VolumeName
+		return got.Status.Phase == corev1.ClaimBound, nil
+	})
+	return pvName
+}
+
+func (s *rbacStack) log() string {
+	b, err := os.ReadFile(s.sidecar.LogPath)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// forbiddenSeen reports whether the sidecar's log, or an event in the
+// namespace (a ProvisioningFailed event carries the error too), matches re.
+func (s *rbacStack) forbiddenSeen(ctx context.Context, re *regexp.Regexp) (bool, error) {
+	if re.MatchString(s.log()) {
+		return true, nil
+	}
+	events, err := s.cp.Client().CoreV1().Events(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, e := range events.Items {
+		if re.MatchString(e.Message) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// TestRBACLeastPrivilege runs the real sidecar with only the chart's RBAC
+// (impersonating the chart's ServiceAccount) through provision, bind and
+// delete of one claim: nothing may be forbidden. Then, for rules the flow
+// uses, it runs the sidecar with that rule's verb removed: the sidecar must
+// be refused (a Forbidden error in its log) and, where the rule gates
+// binding, the claim must not bind. So a missing rule fails the first test,
+// and a rule that could be dropped would show up as a case that does not
+// fail.
+func TestRBACLeastPrivilege(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	tool(t, "helm", "HELM")
+	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	if err != nil {
+		t.Fatalf("build the sidecar and the driver: %v", err)
+	}
+
+	t.Run("chart rules", func(t *testing.T) {
+		s := startUnderChartRBAC(t, cp, bins, "full", nil)
+		c := cp.Client()
+		if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+			t.Fatal(err)
+		}
+		s.class()
+		claim := s.claim("data", "")
+		pvName := s.waitClaimBound(claim.Name)
+		pv, err := c.CoreV1().PersistentVolumes().Get(t.Context(), pvName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Status.Phase != corev1.VolumeBound {
+			t.Errorf("PV %s phase %s, want Bound", pv.Name, pv.Status.Phase)
+		}
+		if err := c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 0, "PV "+pvName+" not deleted under the chart's RBAC", func(ctx context.Context) (bool, error) {
+			_, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+		testutil.Eventually(t, 0, "the driver still has volumes", func(ctx context.Context) (bool, error) {
+			vols, err := s.driver.ListVolumes(ctx)
+			return len(vols) == 0, err
+		})
+
+		// A static volume: bound to the claim that names it, Released when
+		// the claim goes (reclaim policy Retain).
+		static := s.staticVolume()
+		staticClaim := s.claim("static", static.Name)
+		if got := s.waitClaimBound(staticClaim.Name); got != static.Name {
+			t.Errorf("static claim bound to %s, want %s", got, static.Name)
+		}
+		if err := c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), staticClaim.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 0, "static PV not Released", func(ctx context.Context) (bool, error) {
+			got, err := c.CoreV1().PersistentVolumes().Get(ctx, static.Name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.VolumeReleased, err
+		})
+
+		// Leader election used the Role in the release's namespace.
+		leases, err := c.CoordinationV1().Leases(s.ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(leases.Items) != 1 {
+			t.Errorf("leases in %s: %v, %v; want the sidecar's", s.ns, leases, err)
+		}
+		for _, line := range strings.Split(s.log(), "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("forbidden under the chart's RBAC: %s", line)
+			}
+		}
+
+		// What the sidecar did, from the API server's audit log: nothing
+		// refused, and the granted verbs this flow did not use: reads next
+		// to list/watch; list itself, which informers use on API servers
+		// without streaming lists; and get of volumeattributesclasses,
+		// which needs a driver with MODIFY_VOLUME (the example has none).
+		if err := s.sidecar.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		used, refused := auditedRequests(t, s.user)
+		for _, r := range refused {
+			t.Errorf("the API server refused the sidecar %s", r)
+		}
+		var unused []string
+		for _, g := range ruleKeys(append(slices.Clone(wantClusterRules), wantLeaseRules...)) {
+			if !slices.Contains(used, g) {
+				unused = append(unused, g)
+			}
+		}
+		t.Logf("requests of the sidecar: %s", strings.Join(used, ", "))
+		t.Logf("granted, not used by this flow: %s", strings.Join(unused, ", "))
+	})
+
+	for _, tc := range []struct {
+		name     string
+		kind     string // ClusterRole or Role
+		resource string
+		verb     string
+		// unbound: without this rule the claim can never become Bound.
+		unbound bool
+		// claim is the claim to create: "dynamic", or "static" (it names a
+		// static volume).
+		claim string
+	}{
+		{"pv-create", "ClusterRole", "persistentvolumes", "create", true, "dynamic"},
+		{"pv-update", "ClusterRole", "persistentvolumes", "update", true, "static"},
+		{"pvc-status", "ClusterRole", "persistentvolumeclaims/status", "update", true, "dynamic"},
+		{"secrets", "ClusterRole", "secrets", "get", true, "dynamic"},
+		// client-go's informers list through a watch (WatchListClient) on
+		// this API server, so it is watch that they cannot do without.
+		{"pods", "ClusterRole", "pods", "watch", false, "dynamic"},
+		{"csinodes", "ClusterRole", "csinodes", "watch", false, "dynamic"},
+		{"attachments", "ClusterRole", "volumeattachments", "watch", false, "dynamic"},
+		{"events", "ClusterRole", "events", "create", false, "dynamic"},
+		{"leases", "Role", "leases", "create", true, "dynamic"},
+	} {
+		t.Run("without "+tc.verb+" "+tc.resource, func(t *testing.T) {
+			s := startUnderChartRBAC(t, cp, bins, tc.name, func(cr *rbacv1.ClusterRole, r *rbacv1.Role) {
+				rules := &cr.Rules
+				if tc.kind == "Role" {
+					rules = &r.Rules
+				}
+				*rules = withoutVerb(t, *rules, tc.resource, tc.verb)
+			})
+			s.waitDenied(tc.resource, tc.verb)
+			s.class()
+			var claim *corev1.PersistentVolumeClaim
+			if tc.claim == "static" {
+				claim = s.claim("static", s.staticVolume().Name)
+			} else {
+				claim = s.claim("data", "")
+			}
+			// klog quotes the error, so its quotes may be escaped.
+			forbidden := regexp.MustCompile(fmt.Sprintf(`cannot %s resource \\?"%s\\?"`, tc.verb, regexp.QuoteMeta(tc.resource)))
+			testutil.Eventually(t, 0, "no Forbidden error for "+tc.verb+" "+tc.resource, func(ctx context.Context) (bool, error) {
+				select {
+				case <-s.sidecar.Exited():
+					return false, fmt.Errorf("the sidecar exited: %w", s.sidecar.ExitErr())
+				default:
+				}
+				return s.forbiddenSeen(ctx, forbidden)
+			})
+			if !tc.unbound {
+				return
+			}
+			got, err := cp.Client().CoreV1().PersistentVolumeClaims(s.ns).Get(t.Context(), claim.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase == corev1.ClaimBound {
+				t.Errorf("claim Bound to %s without %s %s", got.Spec.VolumeName, tc.verb, tc.resource)
+			}
+		})
+	}
+}
+
+// ruleKeys lists "group/resource verb" for every verb of rules ("" is the
+// core group).
+func ruleKeys(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out = append(out, g+"/"+res+" "+v)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// auditedRequests reads the audit log for requests made as user (through
+// impersonation) and returns their sorted "group/resource verb" keys, and
+// those of the refused ones.
+func auditedRequests(t *testing.T, user string) (used, refused []string) {
+	t.Helper()
+	f, err := os.Open(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	type auditEvent struct {
+		Verb             string `json:"verb"`
+		ImpersonatedUser *struct {
+			Username string `json:"username"`
+		} `json:"impersonatedUser"`
+		ObjectRef *struct {
+			Resource    string `json:"resource"`
+			Subresource string `json:"subresource"`
+			APIGroup    string `json:"apiGroup"`
+		} `json:"objectRef"`
+		ResponseStatus *struct {
+			Code int `json:"code"`
+		} `json:"responseStatus"`
+	}
+	seen, denied := map[string]bool{}, map[string]bool{}
+	dec := json.NewDecoder(f)
+	for {
+		var e auditEvent
+		if err := dec.Decode(&e); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("audit log %s: %v", auditLog, err)
+		}
+		if e.ImpersonatedUser == nil || e.ImpersonatedUser.Username != user || e.ObjectRef == nil {
+			continue
+		}
+		res := e.ObjectRef.Resource
+		if e.ObjectRef.Subresource != "" {
+			res += "/" + e.ObjectRef.Subresource
+		}
+		key := e.ObjectRef.APIGroup + "/" + res + " " + e.Verb
+		if e.ResponseStatus != nil && e.ResponseStatus.Code == http.StatusForbidden {
+			denied[key] = true
+		} else {
+			seen[key] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), slices.Sorted(maps.Keys(denied))
+}
+
+// withoutVerb returns rules with verb removed from the rule for resource;
+// it fails the test if no rule grants it.
+func withoutVerb(t *testing.T, rules []rbacv1.PolicyRule, resource, verb string) []rbacv1.PolicyRule {
+	t.Helper()
+	out := make([]rbacv1.PolicyRule, 0, len(rules))
+	found := false
+	for _, r := range rules {
+		r = *r.DeepCopy()
+		if slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+			found = true
+			r.Verbs = slices.DeleteFunc(r.Verbs, func(v string) bool { return v == verb })
+			if len(r.Verbs) == 0 {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	if !found {
+		t.Fatalf("no rule grants %s %s", verb, resource)
+	}
+	return out
+}
+
+// waitDenied checks, with a SubjectAccessReview, that the ServiceAccount is
+// refused verb on resource.
+func (s *rbacStack) waitDenied(res, verb string) {
+	s.t.Helper()
+	resource, sub, _ := strings.Cut(res, "/")
+	group := ""
+	switch resource {
+	case "csinodes", "volumeattachments", "storageclasses", "volumeattributesclasses":
+		group = storagev1.GroupName
+	case "leases":
+		group = "coordination.k8s.io"
+	}
+	review, err := s.cp.Client().AuthorizationV1().SubjectAccessReviews().Create(s.t.Context(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   s.user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + s.ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: s.ns, Verb: verb, Group: group, Resource: resource, Subresource: sub,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if review.Status.Allowed {
+		s.t.Fatalf("%s is still allowed %s %s: %s", s.user, verb, res, review.Status.Reason)
+	}
+}
+
+// TestManifestArgsAccepted runs the real binaries with the arguments the
+// chart (default and all-options values) and the kustomize manifests give
+// them, plus --version: the flags are parsed before --version is honoured,
+// so a misspelt or unknown flag fails here.
+func TestManifestArgsAccepted(t *testing.T) {
+	tool(t, "helm", "HELM")
+	tool(t, "kustomize", "KUSTOMIZE")
+	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	if err != nil {
+		t.Fatalf("build the sidecar and the driver: %v", err)
+	}
+	renders := map[string]manifest{
+		"chart defaults":    mustHelmTemplate(t, "csi", "default"),
+		"chart all options": mustHelmTemplate(t, "csi", "default", "-f", allOptionsFile),
+		"kustomize":         kustomizeBuild(t, ""),
+	}
+	for name, m := range renders {
+		d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))
+		for _, c := range d.Spec.Template.Spec.Containers {
+			bin := bins.Sidecar
+			switch {
+			case c.Name == sidecarName:
+			case strings.Contains(c.Image, "/hostpath-driver:"):
+				bin = bins.Driver
+			default:
+				continue // a vendor's driver
+			}
+			out, err := exec.CommandContext(t.Context(), bin, append(slices.Clone(c.Args), "--version")...).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s: %s %q refused: %v\n%s", name, c.Name, c.Args, err, out)
+			}
+		}
+	}
+}

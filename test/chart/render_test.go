@@ -1,0 +1,749 @@
+package chart
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// rule builds a PolicyRule for one API group and one resource.
+func rule(group, resource string, verbs ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{resource}, Verbs: verbs}
+}
+
+// wantClusterRules are exactly the sidecar's cluster-wide permissions; each
+// rule's user is documented in deploy/sidecar/kubernetes/rbac.yaml.
+// rbac_test.go shows that the sidecar works with them and fails without
+// some of them.
+var wantClusterRules = []rbacv1.PolicyRule{
+	rule("", "persistentvolumes", "get", "list", "watch", "create", "update", "patch", "delete"),
+	rule("", "persistentvolumes/status", "update"),
+	rule("", "persistentvolumeclaims", "get", "list", "watch", "update"),
+	rule("", "persistentvolumeclaims/status", "update"),
+	rule("storage.k8s.io", "storageclasses", "get", "list", "watch"),
+	rule("", "events", "list", "watch", "create", "update", "patch"),
+	rule("storage.k8s.io", "csinodes", "get", "list", "watch"),
+	rule("", "nodes", "get", "list", "watch"),
+	rule("storage.k8s.io", "volumeattachments", "get", "list", "watch"),
+	rule("storage.k8s.io", "volumeattributesclasses", "get"),
+	rule("", "secrets", "get"),
+	rule("", "pods", "list", "watch"),
+}
+
+// wantLeaseRules are the namespaced permissions: leader election's Lease.
+var wantLeaseRules = []rbacv1.PolicyRule{
+	rule("coordination.k8s.io", "leases", "get", "watch", "list", "update", "create"),
+}
+
+// normRules renders rules as sorted "group/resource: verbs" lines, so two
+// rule lists compare equal when they grant the same verbs on the same
+// resources, whatever the order.
+func normRules(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		verbs := slices.Clone(r.Verbs)
+		sort.Strings(verbs)
+		out = append(out, fmt.Sprintf("%v/%v names=%v urls=%v: %s",
+			r.APIGroups, r.Resources, r.ResourceNames, r.NonResourceURLs, strings.Join(verbs, ",")))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func checkRules(t *testing.T, what string, got, want []rbacv1.PolicyRule) {
+	t.Helper()
+	g, w := normRules(got), normRules(want)
+	if !slices.Equal(g, w) {
+		t.Errorf("%s rules:\n got  %s\n want %s", what, strings.Join(g, "\n      "), strings.Join(w, "\n      "))
+	}
+}
+
+func container(t *testing.T, d *appsv1.Deployment, name string) corev1.Container {
+	t.Helper()
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("Deployment %s has no container %q", d.Name, name)
+	return corev1.Container{}
+}
+
+// flagCount counts the args that set flag (-flag or --flag, with =value or
+// alone).
+func flagCount(args []string, flag string) int {
+	n := 0
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == flag {
+			n++
+		}
+	}
+	return n
+}
+
+func envValue(c corev1.Container, name string) (corev1.EnvVar, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return corev1.EnvVar{}, false
+}
+
+func mountPath(c corev1.Container, volume string) string {
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return m.MountPath
+		}
+	}
+	return ""
+}
+
+// checkHardened checks the container security context every container of
+// the chart and the manifests has by default: a read-only root, no
+// privilege escalation, no capabilities, the runtime's seccomp profile.
+func checkHardened(t *testing.T, c corev1.Container) {
+	t.Helper()
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Errorf("container %s has no securityContext", c.Name)
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Errorf("container %s: readOnlyRootFilesystem is not true", c.Name)
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("container %s: allowPrivilegeEscalation is not false", c.Name)
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0:
+		t.Errorf("container %s: capabilities = %+v, want drop [ALL]", c.Name, sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("container %s: seccompProfile = %+v, want RuntimeDefault", c.Name, sc.SeccompProfile)
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Errorf("container %s is privileged", c.Name)
+	}
+}
+
+// checkProbes checks the sidecar's probes: liveness on
+// /healthz/leader-election (when leader election is on) and readiness on
+// /readyz, both on the named port of --http-endpoint.
+func checkProbes(t *testing.T, c corev1.Container, port int32, liveness bool) {
+	t.Helper()
+	if len(c.Ports) != 1 || c.Ports[0].Name != "http-endpoint" || c.Ports[0].ContainerPort != port {
+		t.Errorf("sidecar ports = %+v, want http-endpoint %d", c.Ports, port)
+	}
+	named := intstr.FromString("http-endpoint")
+	check := func(what string, p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port != named {
+			t.Errorf("%s probe = %+v, want GET %s on port http-endpoint", what, p, path)
+		}
+	}
+	if liveness {
+		check("liveness", c.LivenessProbe, "/healthz/leader-election")
+	} else if c.LivenessProbe != nil {
+		t.Errorf("liveness probe without leader election: %+v", c.LivenessProbe)
+	}
+	check("readiness", c.ReadinessProbe, "/readyz")
+}
+
+// checkCommon checks what holds for every render of the chart: namespaces,
+// standard labels, the pod's identity and the socket shared by the two
+// containers.
+func checkCommon(t *testing.T, m manifest, release, ns string) {
+	t.Helper()
+	if unknown := strictDecodeAll(t, m); len(unknown) > 0 && !slices.Equal(unknown, []string{"monitoring.coreos.com/v1, Kind=ServiceMonitor"}) {
+		t.Errorf("unexpected kinds: %v", unknown)
+	}
+	for _, o := range m {
+		switch o.GetKind() {
+		case "ClusterRole", "ClusterRoleBinding", "CSIDriver", "StorageClass":
+			if o.GetNamespace() != "" {
+				t.Errorf("%s: cluster-scoped object with a namespace", o.ID())
+			}
+		default:
+			if o.GetNamespace() != ns {
+				t.Errorf("%s: namespace %q, want the release's %q", o.ID(), o.GetNamespace(), ns)
+			}
+		}
+		l := o.GetLabels()
+		for k, want := range map[string]string{
+			"app.kubernetes.io/name":       "csi-provisioner",
+			"app.kubernetes.io/instance":   release,
+			"app.kubernetes.io/managed-by": "Helm",
+			"helm.sh/chart":                "csi-provisioner-" + chartMeta(t).Version,
+			"app.kubernetes.io/version":    chartMeta(t).AppVersion,
+		} {
+			if l[k] != want {
+				t.Errorf("%s: label %s = %q, want %q", o.ID(), k, l[k], want)
+			}
+		}
+	}
+	d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))
+	pod := d.Spec.Template
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("pod label %s = %q, want the selector's %q", k, pod.Labels[k], v)
+		}
+	}
+	if len(pod.Spec.Containers) != 2 {
+		t.Fatalf("containers = %d, want the sidecar and the driver", len(pod.Spec.Containers))
+	}
+	sc := container(t, d, sidecarName)
+	drv := pod.Spec.Containers[1]
+	addr, _ := envValue(sc, "ADDRESS")
+	endpoint, _ := envValue(drv, "CSI_ENDPOINT")
+	if endpoint.Value != "unix://"+addr.Value || !strings.HasPrefix(addr.Value, mountPath(sc, socketDirVolume)+"/") ||
+		mountPath(sc, socketDirVolume) != mountPath(drv, socketDirVolume) {
+		t.Errorf("socket: sidecar ADDRESS %q, driver CSI_ENDPOINT %q, mounts %q and %q", addr.Value, endpoint.Value,
+			mountPath(sc, socketDirVolume), mountPath(drv, socketDirVolume))
+	}
+	if ns, ok := envValue(sc, "POD_NAMESPACE"); !ok || ns.ValueFrom == nil || ns.ValueFrom.FieldRef == nil || ns.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("sidecar POD_NAMESPACE = %+v, want the pod's namespace", ns)
+	}
+	if flagCount(sc.Args, "csi-address") != 1 || !slices.Contains(sc.Args, "--csi-address=$(ADDRESS)") {
+		t.Errorf("sidecar args %q lack --csi-address=$(ADDRESS)", sc.Args)
+	}
+	if sas := m.find("ServiceAccount"); len(sas) == 1 && sas[0].GetName() != pod.Spec.ServiceAccountName {
+		t.Errorf("pod runs as %q, the chart's ServiceAccount is %q", pod.Spec.ServiceAccountName, sas[0].GetName())
+	}
+	// Bindings name the pod's ServiceAccount and the chart's roles.
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		for _, o := range m.find(kind) {
+			var subjects []rbacv1.Subject
+			var ref rbacv1.RoleRef
+			if kind == "ClusterRoleBinding" {
+				b := typed[rbacv1.ClusterRoleBinding](t, o)
+				subjects, ref = b.Subjects, b.RoleRef
+			} else {
+				b := typed[rbacv1.RoleBinding](t, o)
+				subjects, ref = b.Subjects, b.RoleRef
+			}
+			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: pod.Spec.ServiceAccountName, Namespace: ns}}
+			if !reflect.DeepEqual(subjects, want) {
+				t.Errorf("%s subjects = %+v, want %+v", o.ID(), subjects, want)
+			}
+			roleKind := strings.TrimSuffix(kind, "Binding")
+			if roles := m.find(roleKind); len(roles) != 1 || ref.Kind != roleKind || ref.Name != roles[0].GetName() {
+				t.Errorf("%s roleRef = %+v, want the chart's %s", o.ID(), ref, roleKind)
+			}
+		}
+	}
+}
+
+type chartYAML struct {
+	Version    string `json:"version"`
+	AppVersion string `json:"appVersion"`
+}
+
+func chartMeta(t testing.TB) chartYAML {
+	t.Helper()
+	var c chartYAML
+	readYAML(t, chartDir+"/Chart.yaml", &c)
+	return c
+}
+
+func readYAML(t testing.TB, rel string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(repoPath(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, into); err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+}
+
+// TestChartLint runs `helm lint --strict` with the default and the
+// all-options values, as `make chart` does.
+func TestChartLint(t *testing.T) {
+	helm := tool(t, "helm", "HELM")
+	for _, args := range [][]string{{}, {"-f", allOptionsFile}} {
+		if _, err := run(t, helm, append([]string{"lint", "--strict", chartDir}, args...)...); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestRenderDefaults renders the chart with its default values: the example
+// hostpath driver, leader election, the binder, metrics, one StorageClass.
+func TestRenderDefaults(t *testing.T) {
+	const release, ns = "csi", "storage"
+	m := mustHelmTemplate(t, release, ns)
+	checkCommon(t, m, release, ns)
+	if got, want := m.kinds(), []string{"CSIDriver", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount", "StorageClass"}; !slices.Equal(got, want) {
+		t.Errorf("kinds = %v, want %v", got, want)
+	}
+	appVersion := chartMeta(t).AppVersion
+
+	d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))
+	if d.Name != "csi-csi-provisioner" || d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+		t.Errorf("Deployment %s replicas %v", d.Name, d.Spec.Replicas)
+	}
+	pod := d.Spec.Template.Spec
+	sc := container(t, d, sidecarName)
+	if want := "ghcr.io/kube-storage/csi-provisioner:" + appVersion; sc.Image != want || sc.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("sidecar image %s %s, want %s IfNotPresent", sc.Image, sc.ImagePullPolicy, want)
+	}
+	wantArgs := []string{
+		"--csi-address=$(ADDRESS)",
+		"--v=2",
+		"--leader-election=true",
+		"--leader-election-namespace=" + ns,
+		"--http-endpoint=:8080",
+		"--enable-binder=true",
+		"--kube-api-burst=600",
+		"--kube-api-qps=300",
+		"--timeout=60s",
+		"--worker-threads=100",
+	}
+	if !slices.Equal(sc.Args, wantArgs) {
+		t.Errorf("sidecar args:\n got  %q\n want %q", sc.Args, wantArgs)
+	}
+	checkProbes(t, sc, 8080, true)
+	checkHardened(t, sc)
+	if addr, _ := envValue(sc, "ADDRESS"); addr.Value != "/csi/csi.sock" {
+		t.Errorf("ADDRESS = %q", addr.Value)
+	}
+	if sc.Resources.Requests.Memory().IsZero() || sc.Resources.Limits.Memory().IsZero() {
+		t.Errorf("sidecar resources = %+v, want memory requests and limits", sc.Resources)
+	}
+
+	drv := container(t, d, "hostpath-driver")
+	if want := "ghcr.io/kube-storage/hostpath-driver:" + appVersion; drv.Image != want {
+		t.Errorf("driver image %s, want %s", drv.Image, want)
+	}
+	wantDriverArgs := []string{"--endpoint=$(CSI_ENDPOINT)", "--drivername=$(CSI_DRIVER_NAME)", "--node-id=$(NODE_NAME)",
+		"--backend=dir", "--root=/var/lib/csi-hostpath", "--enable-topology=false", "--v=2"}
+	if !slices.Equal(drv.Args, wantDriverArgs) {
+		t.Errorf("driver args:\n got  %q\n want %q", drv.Args, wantDriverArgs)
+	}
+	if name, _ := envValue(drv, "CSI_DRIVER_NAME"); name.Value != "hostpath.csi.kube-storage.io" {
+		t.Errorf("CSI_DRIVER_NAME = %q", name.Value)
+	}
+	if node, _ := envValue(drv, "NODE_NAME"); node.ValueFrom == nil || node.ValueFrom.FieldRef == nil || node.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME = %+v", node)
+	}
+	if mountPath(drv, "hostpath-data") != "/var/lib/csi-hostpath" {
+		t.Errorf("driver mounts = %+v, want the hostpath-data emptyDir on --root", drv.VolumeMounts)
+	}
+	checkHardened(t, drv)
+	volumes := map[string]bool{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v.EmptyDir != nil
+	}
+	if !reflect.DeepEqual(volumes, map[string]bool{socketDirVolume: true, "hostpath-data": true}) {
+		t.Errorf("pod volumes = %+v, want two emptyDirs", pod.Volumes)
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != 65532 ||
+		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext = %+v, want nonroot 65532 with RuntimeDefault seccomp", psc)
+	}
+	if pod.PriorityClassName != "" || len(pod.NodeSelector) != 0 || len(pod.Tolerations) != 0 || pod.Affinity != nil || len(pod.ImagePullSecrets) != 0 {
+		t.Errorf("pod scheduling options set by default: %+v", pod)
+	}
+
+	checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, wantClusterRules)
+	checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, wantLeaseRules)
+
+	drvObj := typed[storagev1.CSIDriver](t, m.one(t, "CSIDriver"))
+	if drvObj.Name != "hostpath.csi.kube-storage.io" || drvObj.Spec.AttachRequired == nil || *drvObj.Spec.AttachRequired ||
+		drvObj.Spec.PodInfoOnMount == nil || *drvObj.Spec.PodInfoOnMount || drvObj.Spec.FSGroupPolicy != nil ||
+		!slices.Equal(drvObj.Spec.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}) {
+		t.Errorf("CSIDriver = %+v", drvObj)
+	}
+	class := typed[storagev1.StorageClass](t, m.one(t, "StorageClass"))
+	if class.Name != "csi-hostpath" || class.Provisioner != drvObj.Name || class.ReclaimPolicy == nil || *class.ReclaimPolicy != corev1.PersistentVolumeReclaimDelete ||
+		class.VolumeBindingMode == nil || *class.VolumeBindingMode != storagev1.VolumeBindingImmediate || class.AllowVolumeExpansion != nil {
+		t.Errorf("StorageClass = %+v", class)
+	}
+	svc := typed[corev1.Service](t, m.one(t, "Service"))
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != 8080 || svc.Spec.Ports[0].TargetPort != intstr.FromString("http-endpoint") {
+		t.Errorf("Service ports = %+v", svc.Spec.Ports)
+	}
+	if !maps.Equal(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
+		t.Errorf("Service selector %v, Deployment selector %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
+	}
+}
+
+// TestRenderAllOptions renders ci/all-options-values.yaml, which sets every
+// option, and checks that each one arrives where it should.
+func TestRenderAllOptions(t *testing.T) {
+	const release, ns = "vendor", "vendor-system"
+	m := mustHelmTemplate(t, release, ns, "-f", allOptionsFile)
+	checkCommon(t, m, release, ns)
+	if got, want := m.kinds(), []string{"CSIDriver", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "StorageClass"}; !slices.Equal(got, want) {
+		t.Errorf("kinds = %v, want %v", got, want)
+	}
+	for _, o := range m {
+		if o.GetLabels()["example.com/owner"] != "storage-team" {
+			t.Errorf("%s lacks customLabels", o.ID())
+		}
+	}
+
+	d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %d", *d.Spec.Replicas)
+	}
+	pod := d.Spec.Template
+	if pod.Labels["example.com/team"] != "storage" || pod.Annotations["example.com/scrape"] != "true" {
+		t.Errorf("pod labels %v, annotations %v", pod.Labels, pod.Annotations)
+	}
+	spec := pod.Spec
+	if spec.ServiceAccountName != "vendor-csi-controller" || spec.PriorityClassName != "system-cluster-critical" ||
+		spec.NodeSelector["kubernetes.io/os"] != "linux" || len(spec.Tolerations) != 1 || spec.Tolerations[0].Key != "node-role.kubernetes.io/control-plane" ||
+		spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil ||
+		!reflect.DeepEqual(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "vendor-registry"}}) {
+		t.Errorf("pod spec options not applied: sa %q priority %q nodeSelector %v tolerations %v affinity %v pullSecrets %v",
+			spec.ServiceAccountName, spec.PriorityClassName, spec.NodeSelector, spec.Tolerations, spec.Affinity, spec.ImagePullSecrets)
+	}
+	if psc := spec.SecurityContext; psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != 1000 || psc.FSGroupChangePolicy == nil {
+		t.Errorf("pod securityContext = %+v", psc)
+	}
+
+	sc := container(t, d, sidecarName)
+	if sc.Image != "registry.example.com/mirror/csi-provisioner:v0.1.0-vendor.1" || sc.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("sidecar image %s %s", sc.Image, sc.ImagePullPolicy)
+	}
+	wantArgs := []string{
+		"--csi-address=$(ADDRESS)",
+		"--v=4",
+		"--leader-election=true",
+		"--leader-election-namespace=" + ns,
+		"--leader-election-lease-duration=30s",
+		"--leader-election-renew-deadline=20s",
+		"--leader-election-retry-period=10s",
+		"--http-endpoint=:9808",
+		"--enable-binder=true",
+		"--binder-resync-period=30s",
+		// --kube-api-qps and --timeout come from additionalArgs below.
+		"--kube-api-burst=600",
+		"--worker-threads=100",
+		"--timeout=300s",
+		"--kube-api-qps=50",
+		"--extra-create-metadata",
+		"--default-fstype=ext4",
+		"--feature-gates=ReleaseLeaderElectionOnExit=true",
+	}
+	if !slices.Equal(sc.Args, wantArgs) {
+		t.Errorf("sidecar args:\n got  %q\n want %q", sc.Args, wantArgs)
+	}
+	checkProbes(t, sc, 9808, true)
+	checkHardened(t, sc)
+	if e, _ := envValue(sc, "GOMEMLIMIT"); e.Value != "400MiB" {
+		t.Errorf("sidecar env = %+v", sc.Env)
+	}
+	if sc.Resources.Limits.Cpu().String() != "500m" || sc.Resources.Requests.Memory().String() != "128Mi" {
+		t.Errorf("sidecar resources = %+v", sc.Resources)
+	}
+
+	drv := container(t, d, "vendor-driver")
+	if drv.Image != "registry.example.com/vendor/csi-driver:v9.8.7" || drv.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("driver image %s %s", drv.Image, drv.ImagePullPolicy)
+	}
+	if !slices.Equal(drv.Args, []string{"--endpoint=$(CSI_ENDPOINT)", "--mode=controller", "--v=4"}) {
+		t.Errorf("driver args = %q", drv.Args)
+	}
+	if e, _ := envValue(drv, "CSI_ENDPOINT"); e.Value != "unix:///var/lib/csi/sockets/pluginproxy/csi.sock" {
+		t.Errorf("CSI_ENDPOINT = %q", e.Value)
+	}
+	if e, _ := envValue(drv, "CSI_DRIVER_NAME"); e.Value != "block.csi.vendor.example.com" {
+		t.Errorf("CSI_DRIVER_NAME = %q", e.Value)
+	}
+	if e, _ := envValue(drv, "VENDOR_TOKEN"); e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+		t.Errorf("driver env = %+v", drv.Env)
+	}
+	if mountPath(drv, "vendor-config") != "/etc/vendor" || mountPath(drv, socketDirVolume) != "/var/lib/csi/sockets/pluginproxy" {
+		t.Errorf("driver mounts = %+v", drv.VolumeMounts)
+	}
+	if drv.Resources.Limits.Memory().String() != "1Gi" || drv.SecurityContext == nil || *drv.SecurityContext.RunAsUser != 1000 {
+		t.Errorf("driver resources %+v, securityContext %+v", drv.Resources, drv.SecurityContext)
+	}
+	checkHardened(t, drv)
+	var volumeNames []string
+	for _, v := range spec.Volumes {
+		volumeNames = append(volumeNames, v.Name)
+	}
+	if !slices.Equal(volumeNames, []string{socketDirVolume, "vendor-config"}) {
+		t.Errorf("pod volumes = %v", volumeNames)
+	}
+
+	sa := typed[corev1.ServiceAccount](t, m.one(t, "ServiceAccount"))
+	if sa.Name != "vendor-csi-controller" || sa.Annotations["example.com/role"] != "vendor-csi" {
+		t.Errorf("ServiceAccount = %+v", sa.ObjectMeta)
+	}
+	checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, wantClusterRules)
+	checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, wantLeaseRules)
+
+	drvObj := typed[storagev1.CSIDriver](t, m.one(t, "CSIDriver"))
+	if drvObj.Name != "block.csi.vendor.example.com" || !*drvObj.Spec.AttachRequired || !*drvObj.Spec.PodInfoOnMount ||
+		drvObj.Spec.FSGroupPolicy == nil || *drvObj.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy {
+		t.Errorf("CSIDriver = %+v", drvObj.Spec)
+	}
+
+	classes := m.find("StorageClass")
+	if len(classes) != 2 {
+		t.Fatalf("StorageClasses = %v", m.ids())
+	}
+	fast := typed[storagev1.StorageClass](t, classes[0])
+	if fast.Name != "vendor-fast" || fast.Provisioner != drvObj.Name ||
+		fast.Annotations["storageclass.kubernetes.io/is-default-class"] != "true" || fast.Labels["tier"] != "fast" ||
+		!maps.Equal(fast.Parameters, map[string]string{"type": "ssd", "csi.storage.k8s.io/fstype": "ext4"}) ||
+		*fast.ReclaimPolicy != corev1.PersistentVolumeReclaimRetain || *fast.VolumeBindingMode != storagev1.VolumeBindingImmediate ||
+		fast.AllowVolumeExpansion == nil || !*fast.AllowVolumeExpansion || !slices.Equal(fast.MountOptions, []string{"noatime"}) ||
+		len(fast.AllowedTopologies) != 1 || fast.AllowedTopologies[0].MatchLabelExpressions[0].Key != "topology.vendor.example.com/zone" {
+		t.Errorf("StorageClass vendor-fast = %+v", fast)
+	}
+	std := typed[storagev1.StorageClass](t, classes[1])
+	if std.Name != "vendor-standard" || *std.ReclaimPolicy != corev1.PersistentVolumeReclaimDelete ||
+		*std.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer || std.AllowVolumeExpansion != nil || len(std.Parameters) != 0 {
+		t.Errorf("StorageClass vendor-standard (defaults) = %+v", std)
+	}
+
+	svc := typed[corev1.Service](t, m.one(t, "Service"))
+	if svc.Spec.Ports[0].Port != 9090 || svc.Annotations["prometheus.io/scrape"] != "true" {
+		t.Errorf("Service = %+v", svc)
+	}
+	mon := m.one(t, "ServiceMonitor")
+	endpoints, _, _ := unstructured.NestedSlice(mon.Object, "spec", "endpoints")
+	if mon.GetLabels()["release"] != "prometheus" || len(endpoints) != 1 {
+		t.Fatalf("ServiceMonitor = %v", mon.Object)
+	}
+	ep := endpoints[0].(map[string]any)
+	if ep["port"] != "metrics" || ep["path"] != "/metrics" || ep["interval"] != "30s" || ep["scrapeTimeout"] != "10s" {
+		t.Errorf("ServiceMonitor endpoint = %v", ep)
+	}
+}
+
+// TestAllOptionsSetsEveryOption: every key of values.yaml, and every field
+// of a storageClasses entry the schema knows, is set in
+// ci/all-options-values.yaml, so the render and apply tests see every
+// template branch.
+func TestAllOptionsSetsEveryOption(t *testing.T) {
+	var defaults, all map[string]any
+	readYAML(t, chartDir+"/values.yaml", &defaults)
+	readYAML(t, allOptionsFile, &all)
+	var missing []string
+	var walk func(path string, d, a map[string]any)
+	walk = func(path string, d, a map[string]any) {
+		for k, dv := range d {
+			av, ok := a[k]
+			if !ok {
+				missing = append(missing, path+k)
+				continue
+			}
+			dm, isMap := dv.(map[string]any)
+			am, _ := av.(map[string]any)
+			// Non-empty maps are walked; empty ones (annotations, labels,
+			// nodeSelector, ...) are free-form.
+			if isMap && len(dm) > 0 && am != nil {
+				walk(path+k+".", dm, am)
+			}
+		}
+	}
+	walk("", defaults, all)
+
+	var schema struct {
+		Properties map[string]struct {
+			Items struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"items"`
+		} `json:"properties"`
+	}
+	readYAML(t, chartDir+"/values.schema.json", &schema)
+	set := map[string]bool{}
+	for _, c := range all["storageClasses"].([]any) {
+		for k := range c.(map[string]any) {
+			set[k] = true
+		}
+	}
+	for k := range schema.Properties["storageClasses"].Items.Properties {
+		if !set[k] {
+			missing = append(missing, "storageClasses[]."+k)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("%s does not set: %v", allOptionsFile, missing)
+	}
+}
+
+// TestAdditionalArgsReplaceDefaults: a flag in sidecar.additionalArgs
+// replaces the chart's default for it (never two of the same flag), in any
+// of the spellings Go's flag package accepts; other flags keep their
+// defaults.
+func TestAdditionalArgsReplaceDefaults(t *testing.T) {
+	defaults := map[string]string{"timeout": "--timeout=60s", "worker-threads": "--worker-threads=100",
+		"kube-api-qps": "--kube-api-qps=300", "kube-api-burst": "--kube-api-burst=600", "v": "--v=2"}
+	for _, tc := range []struct {
+		name       string
+		additional string // JSON list
+		replaced   []string
+	}{
+		{"none", `[]`, nil},
+		{"equals", `["--timeout=5m"]`, []string{"timeout"}},
+		{"single dash", `["-worker-threads=7"]`, []string{"worker-threads"}},
+		{"separate value", `["--kube-api-qps", "7"]`, []string{"kube-api-qps"}},
+		{"verbosity", `["-v=5"]`, []string{"v"}},
+		{"all", `["--timeout=1s", "--worker-threads=1", "--kube-api-qps=1", "--kube-api-burst=1", "--v=0"]`,
+			[]string{"timeout", "worker-threads", "kube-api-qps", "kube-api-burst", "v"}},
+		{"longer flag with the same prefix", `["--timeouts-are-not-timeout=1", "--vv"]`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustHelmTemplate(t, "csi", "default", "--set-json", "sidecar.additionalArgs="+tc.additional)
+			args := container(t, typed[appsv1.Deployment](t, m.one(t, "Deployment")), sidecarName).Args
+			for flag, def := range defaults {
+				want := 1
+				if slices.Contains(tc.replaced, flag) {
+					want = 0
+				}
+				if got := countExact(args, def); got != want {
+					t.Errorf("default %s appears %d times, want %d; args %q", def, got, want, args)
+				}
+				if slices.Contains(tc.replaced, flag) && flagCount(args, flag) != 1 {
+					t.Errorf("--%s appears %d times, want once (from additionalArgs); args %q", flag, flagCount(args, flag), args)
+				}
+			}
+			var extra []string
+			if err := yaml.Unmarshal([]byte(tc.additional), &extra); err != nil {
+				t.Fatal(err)
+			}
+			if len(extra) > 0 && !slices.Equal(args[len(args)-len(extra):], extra) {
+				t.Errorf("additionalArgs %q not appended verbatim at the end: %q", extra, args)
+			}
+		})
+	}
+}
+
+func countExact(args []string, s string) int {
+	n := 0
+	for _, a := range args {
+		if a == s {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRenderToggles: the switches of the chart add and remove what they
+// should.
+func TestRenderToggles(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, m manifest)
+	}{
+		{"rbac off", []string{"--set", "rbac.create=false"}, func(t *testing.T, m manifest) {
+			for _, k := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+				if len(m.find(k)) != 0 {
+					t.Errorf("%s rendered with rbac.create=false", k)
+				}
+			}
+		}},
+		{"existing service account", []string{"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=mine"}, func(t *testing.T, m manifest) {
+			if len(m.find("ServiceAccount")) != 0 {
+				t.Error("ServiceAccount rendered with serviceAccount.create=false")
+			}
+			if sa := typed[appsv1.Deployment](t, m.one(t, "Deployment")).Spec.Template.Spec.ServiceAccountName; sa != "mine" {
+				t.Errorf("pod ServiceAccount = %q", sa)
+			}
+			if s := typed[rbacv1.ClusterRoleBinding](t, m.one(t, "ClusterRoleBinding")).Subjects; s[0].Name != "mine" {
+				t.Errorf("ClusterRoleBinding subjects = %+v", s)
+			}
+		}},
+		{"no CSIDriver, no classes, no Service", []string{"--set", "csiDriver.create=false", "--set", "storageClasses=null", "--set", "metrics.service.enabled=false"}, func(t *testing.T, m manifest) {
+			if got, want := m.kinds(), []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "ServiceAccount"}; !slices.Equal(got, want) {
+				t.Errorf("kinds = %v, want %v", got, want)
+			}
+		}},
+		{"empty class list", []string{"--set-json", "storageClasses=[]"}, func(t *testing.T, m manifest) {
+			if n := len(m.find("StorageClass")); n != 0 {
+				t.Errorf("%d StorageClasses", n)
+			}
+		}},
+		{"leader election and binder off", []string{"--set", "sidecar.leaderElection.enabled=false", "--set", "sidecar.binder.enabled=false", "--set", "sidecar.binder.resyncPeriod=1m"}, func(t *testing.T, m manifest) {
+			sc := container(t, typed[appsv1.Deployment](t, m.one(t, "Deployment")), sidecarName)
+			for _, a := range []string{"--leader-election=false", "--enable-binder=false"} {
+				if !slices.Contains(sc.Args, a) {
+					t.Errorf("args %q lack %s", sc.Args, a)
+				}
+			}
+			for _, f := range []string{"leader-election-namespace", "binder-resync-period"} {
+				if flagCount(sc.Args, f) != 0 {
+					t.Errorf("args %q have --%s", sc.Args, f)
+				}
+			}
+			checkProbes(t, sc, 8080, false)
+		}},
+		{"image tag", []string{"--set", "sidecar.image.tag=v9", "--set", "driver.image.repository=example.com/d"}, func(t *testing.T, m manifest) {
+			d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))
+			if img := container(t, d, sidecarName).Image; img != "ghcr.io/kube-storage/csi-provisioner:v9" {
+				t.Errorf("sidecar image %s", img)
+			}
+			if img := container(t, d, "hostpath-driver").Image; img != "example.com/d:"+chartMeta(t).AppVersion {
+				t.Errorf("driver image %s", img)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.check(t, mustHelmTemplate(t, "csi", "default", tc.args...))
+		})
+	}
+}
+
+// TestReleaseNamedAfterChart: `helm install csi-provisioner ...` (the
+// README's command) names the objects csi-provisioner, not
+// csi-provisioner-csi-provisioner.
+func TestReleaseNamedAfterChart(t *testing.T) {
+	m := mustHelmTemplate(t, "csi-provisioner", "kube-system")
+	for _, kind := range []string{"Deployment", "ServiceAccount"} {
+		if name := m.one(t, kind).GetName(); name != "csi-provisioner" {
+			t.Errorf("%s named %s", kind, name)
+		}
+	}
+}
+
+// TestValuesMistakesFail: values.schema.json and the templates reject
+// mistakes at render time, so `helm install` and `helm lint` fail on them.
+func TestValuesMistakesFail(t *testing.T) {
+	typoFile := t.TempDir() + "/typo.yaml"
+	if err := os.WriteFile(typoFile, []byte("sidecar:\n  leaderElection:\n    enabled: true\n    leaseDuraton: 30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown top-level key", []string{"--set", "typo=1"}, "additional properties 'typo' not allowed"},
+		{"misspelt nested key in a file", []string{"-f", typoFile}, "additional properties 'leaseDuraton' not allowed"},
+		{"misspelt class field", []string{"--set", "storageClasses[0].name=a", "--set", "storageClasses[0].reclaimpolicy=Retain"}, "additional properties 'reclaimpolicy' not allowed"},
+		{"misspelt security context field", []string{"--set", "sidecar.securityContext.readOnlyRootFileSystem=true"}, "additional properties 'readOnlyRootFileSystem' not allowed"},
+		{"bad reclaim policy", []string{"--set", "storageClasses[0].name=a", "--set", "storageClasses[0].reclaimPolicy=Recycle"}, "reclaimPolicy"},
+		{"bad duration", []string{"--set", "sidecar.leaderElection.leaseDuration=30"}, "leaseDuration"},
+		{"log level as a string", []string{"--set-string", "sidecar.logLevel=high"}, "logLevel"},
+		{"class without a name", []string{"--set-json", `storageClasses=[{"parameters":{"a":"b"}}]`}, "name"},
+		{"non-string class parameter", []string{"--set-json", `storageClasses=[{"name":"a","parameters":{"size":5}}]`}, "parameters"},
+		{"replicas without leader election", []string{"--set", "replicas=2", "--set", "sidecar.leaderElection.enabled=false"}, "needs sidecar.leaderElection.enabled"},
+		{"existing service account without a name", []string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
+		{"ServiceMonitor without Service", []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"}, "needs metrics.service.enabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmTemplate(t, "csi", "default", tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("helm template %q: error %v, want one containing %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
