@@ -119,7 +119,10 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 	}); err != nil {
 		return nil, fmt.Errorf("new binder: add volume indexers: %w", err)
 	}
-	if err := b.pvcInformer.AddIndexers(cache.Indexers{indexPendingByClass: indexPendingClaimByClass}); err != nil {
+	if err := b.pvcInformer.AddIndexers(cache.Indexers{
+		indexPendingByClass: indexPendingClaimByClass,
+		indexClaimByVolume:  indexBoundClaimByVolume,
+	}); err != nil {
 		return nil, fmt.Errorf("new binder: add claim indexers: %w", err)
 	}
 	if err := pods.Informer().AddIndexers(cache.Indexers{indexPodByClaim: indexPodByClaimKey}); err != nil {

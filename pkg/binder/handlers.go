@@ -21,6 +21,10 @@ const (
 	// spec.volumeName to their class: the claims a new Available volume may
 	// satisfy.
 	indexPendingByClass = "csi-provisioner-binder/pending-claim-by-class"
+	// indexClaimByVolume maps claims that completed a binding
+	// (bind-completed) to their spec.volumeName: the claims that still use a
+	// volume.
+	indexClaimByVolume = "csi-provisioner-binder/bound-claim-by-volume"
 	// indexPodByClaim maps pods to "namespace/claimName" of each claim they
 	// use, generic ephemeral volumes included.
 	indexPodByClaim = "csi-provisioner-binder/pod-by-claim"
@@ -48,6 +52,14 @@ func indexPendingClaimByClass(obj interface{}) ([]string, error) {
 		return nil, nil
 	}
 	return []string{storagehelpers.GetPersistentVolumeClaimClass(claim)}, nil
+}
+
+func indexBoundClaimByVolume(obj interface{}) ([]string, error) {
+	claim, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || claim.Spec.VolumeName == "" || !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
+		return nil, nil
+	}
+	return []string{claim.Spec.VolumeName}, nil
 }
 
 // indexPodByClaimKey uses only the pod fields the caller promises to keep

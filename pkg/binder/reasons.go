@@ -14,6 +14,8 @@ const (
 	reasonClaimMisbound              = "ClaimMisbound"
 	reasonVolumeFailedRecycle        = "VolumeFailedRecycle"
 	reasonVolumeUnknownReclaimPolicy = "VolumeUnknownReclaimPolicy"
+	// Ours: upstream has no such guard.
+	reasonVolumeStillInUse = "VolumeStillInUse"
 
 	msgNoVolumeNoClass       = "no persistent volumes available for this claim and no storage class is set"
 	msgAlreadyBound          = "volume %q already bound to a different claim."
@@ -30,6 +32,7 @@ const (
 	msgClaimMisbound         = "Two claims are bound to the same volume, this one is bound incorrectly"
 	msgRecycleUnsupported    = "Recycle failed: recycling is not supported for CSI volumes; delete the volume or change its reclaim policy to Delete or Retain"
 	msgUnknownReclaimPolicy  = "Volume has unrecognized PersistentVolumeReclaimPolicy"
+	msgVolumeStillInUse      = "Not releasing or unbinding the volume: its claimRef names claim %s, but claim %s is still bound to it (spec.volumeName); point spec.claimRef back at that claim, or delete the claim"
 )
 
 // Annotations the binder reads or writes that component-helpers does not

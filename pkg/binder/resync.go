@@ -112,7 +112,8 @@ func (b *Binder) claimNeedsWork(claim *corev1.PersistentVolumeClaim) bool {
 //   - a Bound volume whose claim exists with the claimRef's UID and has
 //     spec.volumeName pointing to it;
 //   - a Released volume with policy Delete or Retain, and a Failed volume,
-//     whose claim is gone (or has another UID).
+//     whose claim is gone (or has another UID), unless another claim is
+//     still bound to it (its sync then reports that it keeps the volume).
 func (b *Binder) volumeNeedsWork(pv *corev1.PersistentVolume) bool {
 	if !b.volumeInScope(pv) {
 		return false
@@ -123,6 +124,9 @@ func (b *Binder) volumeNeedsWork(pv *corev1.PersistentVolume) bool {
 	}
 	claim := b.getClaim(ref.Namespace, ref.Name)
 	claimExists := claim != nil && claim.UID == ref.UID
+	if !claimExists && b.otherClaimBoundTo(pv, ref.UID) != nil {
+		return true
+	}
 	switch pv.Status.Phase {
 	case corev1.VolumeReleased:
 		if claimExists {

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 )
@@ -36,6 +37,17 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 	claim, err := b.claimOfVolume(ctx, pv)
 	if err != nil {
 		return result{}, err
+	}
+	if claim == nil || (claim.Spec.VolumeName != "" && claim.Spec.VolumeName != pv.Name) {
+		// The volume is about to be released or unbound. Beyond upstream:
+		// not while another claim is still bound to it, which happens only
+		// when someone edited spec.claimRef by hand; releasing would delete
+		// (or hand out) that claim's data.
+		if user := b.otherClaimBoundTo(pv, ref.UID); user != nil {
+			logger.Info("Volume is still in use by another claim; not releasing or unbinding it", "pvc", klog.KObj(user), "claimRef", claimRefKey(ref))
+			b.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeStillInUse, fmt.Sprintf(msgVolumeStillInUse, claimRefKey(ref), claimKey(user)))
+			return result{}, nil
+		}
 	}
 	switch {
 	case claim == nil:
@@ -68,6 +80,22 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 		// The claim is bound to another volume: undo this side (4-7, 4-8).
 		return result{}, b.unbindVolume(ctx, pv)
 	}
+}
+
+// otherClaimBoundTo returns an existing claim, other than the one with
+// claimUID, that completed a binding to pv and still names it in
+// spec.volumeName, or nil.
+func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, claimUID types.UID) *corev1.PersistentVolumeClaim {
+	objs, err := b.pvcInformer.GetIndexer().ByIndex(indexClaimByVolume, pv.Name)
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && c.UID != claimUID && c.DeletionTimestamp == nil {
+			return c
+		}
+	}
+	return nil
 }
 
 // claimOfVolume returns the claim pv's claimRef names if it still exists

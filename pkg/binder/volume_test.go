@@ -1,6 +1,7 @@
 package binder
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ func TestSyncVolume(t *testing.T) {
 	c1Elsewhere := claimB("c1").Class("fast").VolumeName("pv2").Annotation(annBindCompleted, "yes").
 		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
 	c1Recreated := claimB("c1").Class("fast").UID("uid-c1-new").Obj()
+	c2Elsewhere := claimB("c2").Class("fast").VolumeName("pv2").Annotation(annBindCompleted, "yes").
+		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
+	c2PreboundToPV1 := claimB("c2").Class("fast").VolumeName("pv1").Obj()
 
 	pending := volumeB("pv1").Class("fast").Phase(corev1.VolumePending).Obj()
 	releasedNoRef := volumeB("pv1").Class("fast").Phase(corev1.VolumeReleased).Obj()
@@ -46,6 +50,8 @@ func TestSyncVolume(t *testing.T) {
 	byUser := volumeB("pv1").Class("fast").BoundTo(c1).Phase(corev1.VolumeBound).Obj()
 	byUserUnbound := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Obj()
 	provisioned := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).Obj()
+	provisionedEditedToC2 := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).BoundTo(c2Elsewhere).Obj()
+	provisionedEditedToGone := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef(ns, "gone", "uid-gone").Obj()
 	provisionedRetain := bound(corev1.PersistentVolumeReclaimRetain).Annotation(annProvisionedBy, driver).Obj()
 	provisionedRetainUnbound := volumeB("pv1").Class("fast").ReclaimPolicy(corev1.PersistentVolumeReclaimRetain).
 		Annotation(annProvisionedBy, driver).Obj()
@@ -188,6 +194,31 @@ func TestSyncVolume(t *testing.T) {
 			sync:    "pv/pv1",
 			volumes: []*corev1.PersistentVolume{released(provisioned)},
 			actions: []string{"status pv/pv1"},
+		},
+		{
+			// Beyond upstream: pv1's claimRef was edited by hand to claim c2,
+			// which is bound to pv2, while c1 is still bound to pv1. Upstream
+			// would release (and, Delete, destroy) c1's data.
+			name:    "guard: claimRef edited to a claim bound elsewhere while another claim is bound to the volume: kept, Warning",
+			objects: objs(c1Bound, c2Elsewhere, provisionedEditedToC2),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{provisionedEditedToC2},
+			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/c2", ns+"/c1")},
+		},
+		{
+			name:    "guard: claimRef edited to a claim that does not exist while another claim is bound to the volume: kept, Warning",
+			objects: objs(c1Bound, provisionedEditedToGone),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{provisionedEditedToGone},
+			actions: []string{"get pvc/gone"},
+			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/gone", ns+"/c1")},
+		},
+		{
+			name:    "guard: a claim pre-bound by the user (no bind-completed) does not keep a volume whose claim is gone",
+			objects: objs(c2PreboundToPV1, pvDelete),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{released(pvDelete)},
+			actions: []string{"get pvc/c1", "status pv/pv1"},
 		},
 		{
 			name:    "6-3 policy Recycle: Released, then Failed with a warning",
