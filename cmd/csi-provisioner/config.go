@@ -11,6 +11,8 @@ import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
 
 // Config is every command-line setting. Upstream's flags keep upstream's
@@ -258,6 +260,9 @@ func (c *Config) Validate() error {
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
 	case !strings.HasPrefix(c.MetricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
+	}
+	if err := csiclient.CheckAddress(c.CSIAddress); err != nil {
+		return fmt.Errorf("--csi-address: %w", err)
 	}
 	if err := logsapi.ValidateAndApply(c.Logging, c.loggingGates); err != nil {
 		return fmt.Errorf("logging flags: %w", err)

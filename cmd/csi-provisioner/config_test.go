@@ -75,6 +75,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
 		{name: "bad logging format", args: []string{"--logging-format=xml"}, wantErr: "logging"},
 		{name: "retry start above max", args: []string{"--retry-interval-start=10m"}, wantErr: "--retry-interval-start"},
+		{name: "tcp csi address", args: []string{"--csi-address=tcp://127.0.0.1:10000"}, wantErr: "--csi-address: CSI driver at \"tcp://127.0.0.1:10000\": the CSI endpoint must be a unix domain socket"},
+		{name: "relative csi address", args: []string{"--csi-address=csi.sock"}, wantErr: "must be absolute"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

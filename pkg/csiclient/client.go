@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -127,8 +129,8 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := checkAddress(address); err != nil {
-		return nil, fmt.Errorf("CSI driver at %q: %w", address, err)
+	if err := CheckAddress(address); err != nil {
+		return nil, err
 	}
 	logger := klog.FromContext(ctx).WithValues("csiAddress", address)
 	ctx = klog.NewContext(ctx, logger)
@@ -137,6 +139,10 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 	connOpts := []connection.Option{connection.WithTimeout(o.connectTimeout), connection.OnConnectionLoss(o.onLoss)}
 	conn, err := connection.Connect(ctx, address, o.metrics, connOpts...)
 	if err != nil {
+		path := strings.TrimPrefix(address, "unix://")
+		if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("connect to the CSI driver at %q within %s: the socket does not exist (is the driver running, and does it share the socket's directory with the sidecar?): %w", address, o.connectTimeout, err)
+		}
 		return nil, fmt.Errorf("connect to the CSI driver at %q within %s: %w", address, o.connectTimeout, err)
 	}
 	c := &Client{address: address, conn: conn, timeout: o.callTimeout, ctrl: csi.NewControllerClient(conn)}
@@ -147,7 +153,18 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 	return c, nil
 }
 
-// checkAddress accepts an absolute socket path, bare or as a unix:// URL.
+// CheckAddress accepts an absolute socket path, bare or as a unix:// URL,
+// and refuses everything else ([ErrNotUnixSocket] for another scheme or a
+// host:port). The error names the address. Connect calls it first; a
+// command can call it to reject a bad flag before connecting.
+func CheckAddress(address string) error {
+	if err := checkAddress(address); err != nil {
+		return fmt.Errorf("CSI driver at %q: %w", address, err)
+	}
+	return nil
+}
+
+// checkAddress is CheckAddress without the address in the message.
 // csi-lib-utils dials only those as unix sockets; it hands anything else to
 // gRPC's name resolution, which would dial "localhost:10000" over TCP.
 func checkAddress(address string) error {
