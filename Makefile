@@ -75,7 +75,7 @@ bench-upstream: tools-test build ## The benchmark with upstream external-provisi
 	$(GO) run ./test/bench --bin-dir $(BIN) -binder kcm -provisioner-cmd $(shell $(TOOLS) path external-provisioner)/csi-provisioner $(ARGS)
 
 .PHONY: chaos
-chaos: tools-test build ## Long chaos run with invariant checks (ARGS="-n 1000").
+chaos: tools-test build ## Long chaos run with invariant checks (ARGS="-chaos.claims=2000 -chaos.kills=100").
 	$(TEST_ENV) CHAOS_LONG=1 $(GO) test -count=1 -timeout 120m -v -run TestChaos ./test/chaos/ $(ARGS)
 
 .PHONY: chart

@@ -38,9 +38,9 @@ const (
 type bench struct {
 	o        options
 	endpoint string // the provisioner's --http-endpoint
-	cp     *controlplane.ControlPlane
-	c      kubernetes.Interface
-	driver *e2e.Driver
+	cp       *controlplane.ControlPlane
+	c        kubernetes.Interface
+	driver   *e2e.Driver
 }
 
 func newBench(cp *controlplane.ControlPlane, o options) *bench {

@@ -1,0 +1,156 @@
+package badinput
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+)
+
+// processRow is a sidecar command line that must fail at start-up, and how.
+type processRow struct {
+	name string
+	args []string
+	// kubeconfig adds a valid --kubeconfig, so the failure is the one the
+	// row is about.
+	kubeconfig bool
+	// socket returns a --csi-address to add (nil: none).
+	socket func(t *testing.T) string
+	// code is the exit code; -1 means any non-zero code.
+	code int
+	// line holds fragments of the one line on stderr that is not a log
+	// line; it must start with "csi-provisioner: ".
+	line []string
+	// onlyLine: stderr must be that one line, with no log lines at all
+	// (flag errors happen before logging starts), and stdout empty.
+	onlyLine bool
+}
+
+func processRows() []processRow {
+	return []processRow{
+		{name: "uuid-length-out-of-range", args: []string{"--volume-name-uuid-length=40"}, code: 2, onlyLine: true, line: []string{"--volume-name-uuid-length", "40"}},
+		{name: "timeout-not-a-duration", args: []string{"--timeout=abc"}, code: 2, onlyLine: true, line: []string{"-timeout", "abc"}},
+		{name: "unknown-flag", args: []string{"--no-such-flag"}, code: 2, onlyLine: true, line: []string{"-no-such-flag"}},
+		{name: "positional-argument", args: []string{"extra"}, code: 2, onlyLine: true, line: []string{`"extra"`}},
+		{name: "worker-threads-zero", args: []string{"--worker-threads=0"}, code: 2, onlyLine: true, line: []string{"--worker-threads"}},
+		{
+			name: "lease-shorter-than-renew-deadline",
+			args: []string{"--leader-election", "--leader-election-lease-duration=2s", "--leader-election-renew-deadline=3s"},
+			code: 2, onlyLine: true, line: []string{"--leader-election-lease-duration"},
+		},
+		{
+			name: "kubeconfig-missing",
+			args: []string{"--kubeconfig=/nonexistent/kubeconfig", "--csi-address=/nonexistent/csi.sock"},
+			code: 1, line: []string{"/nonexistent/kubeconfig"},
+		},
+		{
+			name: "socket-missing", kubeconfig: true,
+			args: []string{"--csi-address=/nonexistent/csi.sock", "--csi-connect-timeout=2s"},
+			code: 1, line: []string{"/nonexistent/csi.sock", "the socket does not exist"},
+		},
+		{
+			name: "tcp-address", kubeconfig: true,
+			args: []string{"--csi-address=tcp://127.0.0.1:1", "--csi-connect-timeout=2s"},
+			code: 2, line: []string{"--csi-address", "tcp://127.0.0.1:1", "unix domain socket"},
+		},
+		{
+			name: "driver-without-controller-service", kubeconfig: true, socket: identityOnlyDriver,
+			code: 1, line: []string{"identity-only.csi.kube-storage.io", "CONTROLLER_SERVICE"},
+		},
+	}
+}
+
+// runProcessRow runs the sidecar with the row's flags (at most a minute)
+// and checks its exit code and stderr.
+func runProcessRow(t *testing.T, sidecar, kubeconfig string, row processRow) {
+	args := row.args
+	if row.kubeconfig {
+		args = append([]string{"--kubeconfig=" + kubeconfig}, args...)
+	}
+	if row.socket != nil {
+		args = append(args, "--csi-address="+row.socket(t))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sidecar, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		code = exitErr.ExitCode()
+	case err != nil:
+		t.Fatalf("run %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("csi-provisioner %v did not exit within a minute; stderr:\n%s", args, stderr.String())
+	}
+	if (row.code == -1 && code == 0) || (row.code != -1 && code != row.code) {
+		t.Errorf("exit code %d, want %d", code, row.code)
+	}
+	lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+	var plain []string
+	for _, l := range lines {
+		if !klogLine.MatchString(l) && l != "" {
+			plain = append(plain, l)
+		}
+	}
+	switch {
+	case len(plain) != 1:
+		t.Errorf("stderr has %d lines that are not log lines, want 1:\n%s", len(plain), stderr.String())
+	case !strings.HasPrefix(plain[0], "csi-provisioner: ") || !containsAll(plain[0], row.line):
+		t.Errorf("stderr line %q, want it to start with \"csi-provisioner: \" and contain %q", plain[0], row.line)
+	}
+	if row.onlyLine && (len(lines) != 1 || stdout.Len() > 0) {
+		t.Errorf("want exactly one line on stderr and nothing on stdout; stderr:\n%s\nstdout:\n%s", stderr.String(), stdout.String())
+	}
+	t.Logf("exit %d; stderr line: %q", code, plain)
+}
+
+// identityOnly is a CSI driver with an Identity service only: no
+// CONTROLLER_SERVICE, as a node-only driver.
+type identityOnly struct {
+	csi.UnimplementedIdentityServer
+}
+
+func (identityOnly) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: "identity-only.csi.kube-storage.io", VendorVersion: "test"}, nil
+}
+
+func (identityOnly) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return &csi.GetPluginCapabilitiesResponse{}, nil
+}
+
+func (identityOnly) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{}, nil
+}
+
+var _ csi.IdentityServer = identityOnly{}
+
+// identityOnlyDriver serves identityOnly on a unix socket for the test and
+// returns the socket's path.
+func identityOnlyDriver(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, identityOnly{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return path
+}
