@@ -240,6 +240,10 @@ func (b *Binder) handleResult(ctx context.Context, q workqueue.TypedRateLimiting
 	case err != nil && (apierrors.IsConflict(err) || errors.Is(err, errVolumeTaken)):
 		logger.V(3).Info("Sync lost a race, will retry", "err", err)
 		q.AddRateLimited(key)
+	case err != nil && ctx.Err() != nil:
+		// Shutting down: the write was cut short, not refused.
+		logger.V(3).Info("Sync interrupted by shutdown", "err", err)
+		q.AddRateLimited(key)
 	case err != nil:
 		logger.Error(err, "Sync failed, will retry")
 		q.AddRateLimited(key)

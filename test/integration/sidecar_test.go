@@ -1,0 +1,233 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// stack is the real hostpath driver (memory backend) and the real
+// csi-provisioner sidecar, with its binder on, serving the test's driver
+// name.
+type stack struct {
+	e       *env
+	driver  *e2e.Driver
+	sidecar *e2e.Sidecar
+}
+
+// startStack builds (once per test binary) and starts the two programs and
+// waits until the sidecar runs its controllers. Both stop when the test
+// ends.
+func (e *env) startStack(driverArgs ...string) *stack {
+	e.t.Helper()
+	ctx := e.t.Context()
+	bins, err := e2e.Build(ctx, os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dir := e.t.TempDir()
+	s := &stack{e: e}
+	s.driver, err = e2e.StartDriver(ctx, bins.Driver, e2e.DriverConfig{Dir: dir, Name: e.driver, Memory: true, Args: driverArgs})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: e.cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
+		Args: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s"},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		_ = s.sidecar.Stop(10 * time.Second)
+		if e.t.Failed() {
+			e.t.Logf("sidecar log (%s):\n%s", s.sidecar.LogPath, controlplane.TailFile(s.sidecar.LogPath, 60))
+			e.t.Logf("driver log:\n%s", controlplane.TailFile(s.driver.LogPath, 20))
+		}
+	})
+	if err := s.sidecar.WaitLog(ctx, "Started provisioner controller"); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// createVolume creates a 1Gi volume named name in the driver, as an
+// administrator would before writing a static PV for it, and returns its ID.
+func (s *stack) createVolume(name string) string {
+	s.e.t.Helper()
+	conn, err := grpc.NewClient("unix://"+s.driver.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.e.t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	resp, err := csi.NewControllerClient(conn).CreateVolume(s.e.t.Context(), &csi.CreateVolumeRequest{
+		Name:          name,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	if err != nil {
+		s.e.t.Fatalf("CreateVolume %s: %v", name, err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}
+
+// volumeIDs returns the sorted IDs of the driver's volumes.
+func (s *stack) volumeIDs(ctx context.Context) ([]string, error) {
+	vols, err := s.driver.ListVolumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(vols))
+	for _, v := range vols {
+		ids = append(ids, v.GetVolumeId())
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// waitVolumeIDs waits until the driver has exactly the volumes want.
+func (s *stack) waitVolumeIDs(want ...string) {
+	s.e.t.Helper()
+	slices.Sort(want)
+	var got []string
+	testutil.Eventually(s.e.t, 0, "driver volumes never became the expected ones", func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = s.volumeIDs(ctx)
+		return slices.Equal(got, want), err
+	})
+}
+
+// staticPV returns a builder of a static PV for the driver volume id.
+func (s *stack) staticPV(name, id string) *testutil.PVBuilder {
+	b := testutil.NewPV(name, s.e.driver)
+	b.Obj().Spec.CSI.VolumeHandle = id
+	return b
+}
+
+// everReleased reports whether the history shows the volume in phase
+// Released.
+func everReleased(h *history, name string) bool {
+	return len(h.volumes(func(s pvState) bool { return s.name == name && s.phase == corev1.VolumeReleased })) > 0
+}
+
+// TestSidecarReclaim: with the real sidecar and driver, deleting a claim
+// releases its volume; with Delete the driver volume and the PV are
+// deleted, for a provisioned and for a static volume alike; with Retain the
+// PV stays Released and the driver volume stays.
+func TestSidecarReclaim(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	s := e.startStack()
+	del := e.createClass(testutil.NewSC(e.name("delete"), e.driver))
+	ret := e.createClass(testutil.NewSC(e.name("retain"), e.driver).ReclaimPolicy(corev1.PersistentVolumeReclaimRetain))
+	// The static volume has a class of its own, or the claim of the Delete
+	// class could take it.
+	stc := e.createClass(testutil.NewSC(e.name("static"), e.driver))
+	hist := recordHistory(t, e.c, e.ns)
+
+	staticID := s.createVolume(e.name("static"))
+	static := e.createPV(s.staticPV(e.name("static"), staticID).Class(stc.Name).Label("pv", "static"))
+	e.waitPVPhase(static.Name, corev1.VolumeAvailable)
+
+	e.createClaim(testutil.NewPVC(e.ns, "delete").Class(del.Name))
+	e.createClaim(testutil.NewPVC(e.ns, "retain").Class(ret.Name))
+	e.createClaim(testutil.NewPVC(e.ns, "static").Class(stc.Name).Selector(map[string]string{"pv": "static"}))
+	pvcDel := e.waitClaim("delete", "Bound", isBound)
+	pvcRet := e.waitClaim("retain", "Bound", isBound)
+	pvcStatic := e.waitClaim("static", "Bound", isBound)
+	if pvcStatic.Spec.VolumeName != static.Name {
+		t.Fatalf("claim with the static volume's selector bound to %s, want %s", pvcStatic.Spec.VolumeName, static.Name)
+	}
+	pvDel, pvRet := e.getPV(pvcDel.Spec.VolumeName), e.getPV(pvcRet.Spec.VolumeName)
+	if pvRet.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+		t.Fatalf("PV of the Retain class has policy %s", pvRet.Spec.PersistentVolumeReclaimPolicy)
+	}
+	s.waitVolumeIDs(staticID, pvDel.Spec.CSI.VolumeHandle, pvRet.Spec.CSI.VolumeHandle)
+
+	for _, name := range []string{"delete", "retain", "static"} {
+		e.deleteClaim(name)
+	}
+	// Delete: the driver volume and the PV go, provisioned or static.
+	e.waitPVGone(pvDel.Name)
+	e.waitPVGone(static.Name)
+	s.waitVolumeIDs(pvRet.Spec.CSI.VolumeHandle)
+	for _, name := range []string{pvDel.Name, static.Name} {
+		if !everReleased(hist, name) {
+			t.Errorf("PV %s was deleted without being Released first: %v", name, hist.volumes(func(s pvState) bool { return s.name == name }))
+		}
+	}
+	// Retain: by the time the others are gone, it is Released and stays.
+	got := e.waitPVPhase(pvRet.Name, corev1.VolumeReleased)
+	if got.DeletionTimestamp != nil || got.Spec.ClaimRef == nil || got.Spec.ClaimRef.UID != pvcRet.UID {
+		t.Errorf("retained PV: deletionTimestamp %v, claimRef %+v; want nil, the deleted claim", got.DeletionTimestamp, got.Spec.ClaimRef)
+	}
+	if ids, err := s.volumeIDs(t.Context()); err != nil || !slices.Equal(ids, []string{pvRet.Spec.CSI.VolumeHandle}) {
+		t.Errorf("driver volumes = %v (%v), want only the retained one %s", ids, err, pvRet.Spec.CSI.VolumeHandle)
+	}
+}
+
+// TestSidecarSelectedNodeNotStatic (seed bug 1): a claim of a
+// WaitForFirstConsumer class with a selected node is provisioned by the
+// sidecar and never bound to a matching Available static volume; a claim of
+// that class without a selected node waits and is not bound either.
+func TestSidecarSelectedNodeNotStatic(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	// Without topology the provisioner needs no Node or CSINode objects.
+	s := e.startStack("--enable-topology=false")
+	sc := e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer())
+	hist := recordHistory(t, e.c, e.ns)
+	static := e.createPV(s.staticPV(e.name("static"), "not-in-the-driver").Class(sc.Name).Size("5Gi").ReclaimPolicy(corev1.PersistentVolumeReclaimRetain))
+	e.waitPVPhase(static.Name, corev1.VolumeAvailable)
+
+	waiting := e.createClaim(testutil.NewPVC(e.ns, "waiting").Class(sc.Name))
+	e.waitEvent(waiting.UID, corev1.EventTypeNormal, "WaitForFirstConsumer", "waiting for first consumer")
+
+	claim := e.createClaim(testutil.NewPVC(e.ns, "scheduled").Class(sc.Name).Annotation(annSelectedNode, "node-"+e.ns))
+	pvc := e.waitClaim(claim.Name, "Bound", isBound)
+	if want := "pvc-" + string(claim.UID); pvc.Spec.VolumeName != want {
+		t.Fatalf("claim with a selected node bound to %s, want the provisioned %s", pvc.Spec.VolumeName, want)
+	}
+	for _, k := range []string{annStorageProv, annBetaStorageProv} {
+		if pvc.Annotations[k] != e.driver {
+			t.Errorf("claim annotation %s = %q, want %s", k, pvc.Annotations[k], e.driver)
+		}
+	}
+	pv := e.getPV(pvc.Spec.VolumeName)
+	checkBound(t, pvc, pv, true, false)
+	if pv.Annotations[annProvisionedBy] != e.driver {
+		t.Errorf("PV provisioned-by = %q, want %s", pv.Annotations[annProvisionedBy], e.driver)
+	}
+	s.waitVolumeIDs(pv.Spec.CSI.VolumeHandle)
+
+	if got := e.getClaim(waiting.Name); got.Spec.VolumeName != "" || got.Status.Phase != corev1.ClaimPending {
+		t.Errorf("claim without a selected node: volumeName %q phase %s, want none, Pending", got.Spec.VolumeName, got.Status.Phase)
+	}
+	for _, st := range hist.volumes(func(s pvState) bool { return s.name == static.Name }) {
+		if st.claimRef != "" || (st.phase != corev1.VolumeAvailable && st.phase != corev1.VolumePending) {
+			t.Errorf("static PV was touched: %v", st)
+		}
+	}
+
+	e.deleteClaim(claim.Name)
+	e.deleteClaim(waiting.Name)
+	e.waitPVGone(pv.Name)
+	s.waitVolumeIDs()
+	if got := e.getPV(static.Name); got.Spec.ClaimRef != nil || got.Status.Phase != corev1.VolumeAvailable {
+		t.Errorf("static PV at the end: claimRef %+v phase %s, want none, Available", got.Spec.ClaimRef, got.Status.Phase)
+	}
+}
