@@ -145,7 +145,8 @@ func run(ctx context.Context, o options) (*result, error) {
 			return res, err
 		}
 	}
-	driver, err := e2e.StartDriver(ctx, bins.Driver, e2e.DriverConfig{Dir: dir, Memory: true, Name: "bench.csi.kube-storage.io"})
+	driver, err := e2e.StartDriver(ctx, bins.Driver, e2e.DriverConfig{Dir: dir, Memory: true, Name: "bench.csi.kube-storage.io",
+		Args: []string{"--capacity=1Ei"}}) // room for any -n of 1Gi claims
 	if err != nil {
 		return res, err
 	}
