@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"math"
 	"strings"
 	"syscall"
 
@@ -61,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseFlags parses args into a driver.Config. It prints any error to
-// stderr (the flag package adds the usage) before returning it.
+// stderr as one line before returning it; --help prints the usage.
 func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	cfg := driver.DefaultConfig()
 	cfg.VendorVersion = version
@@ -71,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	failCode := cfg.Faults.FailCode.String()
 
 	fs := flag.NewFlagSet("hostpath-driver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&cfg.Endpoint, "endpoint", cfg.Endpoint, "CSI endpoint: a unix socket path or unix:// URL. Other schemes are refused: CSI only allows unix sockets.")
 	fs.StringVar(&cfg.DriverName, "drivername", cfg.DriverName, "Name of the driver, returned by GetPluginInfo.")
@@ -96,6 +97,12 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	klog.InitFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+		} else {
+			fmt.Fprintf(stderr, "hostpath-driver: %v\n", err)
+		}
 		return cfg, false, err
 	}
 	if fs.NArg() > 0 {
@@ -130,8 +137,11 @@ func (q *quantity) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	n, ok := v.AsInt64()
-	if !ok {
+	if v.Sign() < 0 || v.CmpInt64(math.MaxInt64) > 0 {
+		return fmt.Errorf("%s is not a whole number of bytes that fits in 64 bits", s)
+	}
+	n := v.Value() // rounds a fraction up
+	if v.Cmp(*resource.NewQuantity(n, resource.BinarySI)) != 0 {
 		return fmt.Errorf("%s is not a whole number of bytes that fits in 64 bits", s)
 	}
 	*q = quantity(n)
