@@ -14,10 +14,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"k8s.io/klog/v2"
 )
+
+// defaultGCPercent is the garbage collector's target unless GOGC is set.
+const defaultGCPercent = 50
 
 // version is stamped at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -44,6 +48,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "csi-provisioner: %v\n", err)
 		return 2
+	}
+	if os.Getenv("GOGC") == "" {
+		// The sidecar's heap is mostly its informer cache, which lives as
+		// long as the process: collecting at 50% growth instead of 100%
+		// keeps its resident memory about 20% lower for a few percent more
+		// CPU (README, Performance). GOGC in the environment wins.
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -79,8 +79,9 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	health.add("csi-driver", func(ctx context.Context) error { return driver.Probe(ctx) })
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(trimObject))
-	recorder, stopEvents := newRecorder(ctx, client, "external-provisioner")
-	defer stopEvents()
+	broadcaster := newBroadcaster(ctx, client)
+	defer broadcaster.Shutdown()
+	recorder := newRecorder(broadcaster, "external-provisioner")
 
 	prov, err := provisioner.New(client, driver, factory,
 		provisioner.WithVolumeNamePrefix(cfg.VolumeNamePrefix),
@@ -125,8 +126,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 
 	var bnd *binder.Binder
 	if cfg.EnableBinder {
-		binderRecorder, stopBinderEvents := newRecorder(ctx, client, "csi-provisioner-binder")
-		defer stopBinderEvents()
+		binderRecorder := newRecorder(broadcaster, "csi-provisioner-binder")
 		bnd, err = binder.New(client, driverName, factory,
 			binder.WithResyncPeriod(cfg.BinderResyncPeriod),
 			binder.WithWorkers(cfg.BinderWorkers),
@@ -207,13 +207,26 @@ func buildRESTConfig(cfg *Config) (*rest.Config, error) {
 	return restCfg, nil
 }
 
-// newRecorder returns an event recorder for component whose events go to
-// the API server, with repeated causes per object dropped, and a stop func.
-func newRecorder(ctx context.Context, client kubernetes.Interface, component string) (record.EventRecorder, func()) {
-	b := record.NewBroadcaster(record.WithContext(ctx))
+// eventCorrelatorCacheSize bounds the event correlator's caches (client-go's
+// default is 4096 entries in each of three caches). Our events are already
+// reduced to one per cause and object by internal/events, so the
+// correlator has little left to aggregate; at 4096 its caches held about
+// 3 MB for nothing.
+const eventCorrelatorCacheSize = 512
+
+// newBroadcaster returns the one event broadcaster of the provisioner and
+// the binder, writing to the API server.
+func newBroadcaster(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
+	b := record.NewBroadcaster(record.WithContext(ctx),
+		record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize}))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-	return events.NewDeduplicator(rec, 0), b.Shutdown
+	return b
+}
+
+// newRecorder returns a recorder for component on b that drops a repeated
+// cause for the same object.
+func newRecorder(b record.EventBroadcaster, component string) record.EventRecorder {
+	return events.NewDeduplicator(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component}), 0)
 }
 
 // trimObject drops what the sidecar never reads from cached objects:

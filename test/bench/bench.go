@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -365,6 +366,28 @@ wait:
 		res.API.ProvisionerWritesPerVolume = own / float64(n)
 	}
 	return nil
+}
+
+// saveProfile saves a pprof profile of the provisioner.
+func (b *bench) saveProfile(ctx context.Context, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.endpoint+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile: %s: %s", resp.Status, body)
+	}
+	logf("saved %s to %s", path, file)
+	return os.WriteFile(file, body, 0o644)
 }
 
 // scrapeSidecar reads the provisioner's own counters of its API requests

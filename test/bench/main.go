@@ -41,6 +41,7 @@ type options struct {
 	Out            string
 	Timeout        time.Duration
 	KeepDir        bool
+	HeapProfile    string
 }
 
 func main() {
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.Out, "out", "", "JSON result file (default test/bench/results/<time>.json)")
 	flag.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&o.KeepDir, "keep-dir", false, "keep the working directory with the logs of every process")
+	flag.StringVar(&o.HeapProfile, "heap-profile", "", "after binding, save the provisioner's heap profile here (our sidecar, started with --enable-pprof)")
 	flag.Parse()
 	if o.Binder != "ours" && o.Binder != "kcm" {
 		fmt.Fprintln(os.Stderr, "bench: -binder must be ours or kcm")
@@ -159,6 +161,8 @@ func run(ctx context.Context, o options) (*result, error) {
 	}
 	defer func() { _ = proc.Stop(10 * time.Second) }()
 	res.Provisioner = strings.Join(proc.Cmd.Args, " ")
+	sampler := sampleAnon(proc.Cmd.Process.Pid)
+	defer sampler.close()
 
 	if err := b.provision(ctx, res); err != nil {
 		return res, err
@@ -167,6 +171,13 @@ func run(ctx context.Context, o options) (*result, error) {
 		res.Sidecar.CPUSecondsProvision = u.CPU.Seconds()
 		res.Sidecar.RSSAfterBindMiB = mib(u.RSS)
 		res.Sidecar.PeakRSSMiB = mib(u.PeakRSS)
+	}
+	anon, file := sampler.peaks()
+	res.Sidecar.PeakAnonMiB, res.Sidecar.PeakFileMiB = mib(anon), mib(file)
+	if o.HeapProfile != "" {
+		if err := b.saveProfile(ctx, "/debug/pprof/heap?gc=1", o.HeapProfile); err != nil {
+			return res, err
+		}
 	}
 	if o.Idle > 0 {
 		if err := b.measureIdle(ctx, proc.Cmd.Process.Pid, res); err != nil {
@@ -180,6 +191,8 @@ func run(ctx context.Context, o options) (*result, error) {
 		res.Sidecar.CPUSecondsTotal = u.CPU.Seconds()
 		res.Sidecar.PeakRSSMiB = mib(u.PeakRSS)
 	}
+	anon, file = sampler.peaks()
+	res.Sidecar.PeakAnonMiB, res.Sidecar.PeakFileMiB = mib(anon), mib(file)
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -13,6 +14,8 @@ type procUsage struct {
 	CPU       time.Duration // user + system
 	RSS       int64         // bytes, now
 	PeakRSS   int64         // bytes, high-water mark (VmHWM)
+	Anon      int64         // bytes of RSS that are anonymous memory (heap, stacks), now
+	File      int64         // bytes of RSS that are pages of mapped files (the binary), now
 	Threads   int
 	Available bool
 }
@@ -54,9 +57,58 @@ func readProc(pid int) (procUsage, error) {
 			u.PeakRSS = n * 1024
 		case "Threads":
 			u.Threads = int(n)
+		case "RssAnon":
+			u.Anon = n * 1024
+		case "RssFile":
+			u.File = n * 1024
 		}
 	}
 	return u, nil
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// anonSampler records the highest anonymous RSS of a process, sampled every
+// 100ms; Linux keeps a high-water mark for the whole RSS only.
+type anonSampler struct {
+	mu   sync.Mutex
+	peak int64
+	file int64
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleAnon(pid int) *anonSampler {
+	s := &anonSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if u, err := readProc(pid); err == nil {
+				s.mu.Lock()
+				s.peak = max(s.peak, u.Anon)
+				s.file = max(s.file, u.File)
+				s.mu.Unlock()
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// peaks returns the highest anonymous and file-backed RSS seen so far.
+func (s *anonSampler) peaks() (anon, file int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak, s.file
+}
+
+func (s *anonSampler) close() {
+	close(s.stop)
+	<-s.done
+}
