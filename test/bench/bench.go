@@ -37,16 +37,21 @@ const (
 )
 
 type bench struct {
-	o        options
-	endpoint string // the provisioner's --http-endpoint
-	cp       *controlplane.ControlPlane
-	c        kubernetes.Interface
-	driver   *e2e.Driver
+	o           options
+	provisioner *controlplane.Process
+	endpoint    string // the provisioner's --http-endpoint
+	cp          *controlplane.ControlPlane
+	c           kubernetes.Interface
+	driver      *e2e.Driver
 }
 
 func newBench(cp *controlplane.ControlPlane, o options) *bench {
 	cfg := cp.AdminConfig()
 	cfg.QPS, cfg.Burst = 1e6, 1e6 // the benchmark's own client is never throttled
+	// Protobuf, as the provisioner and kube-controller-manager use: the API
+	// server then encodes each watch event once for all watchers.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	c := kubernetes.NewForConfigOrDie(cfg)
 	return &bench{o: o, cp: cp, c: c}
 }
@@ -222,6 +227,7 @@ func (b *bench) startProvisioner(ctx context.Context, bins e2e.Binaries, dir str
 	if err != nil {
 		return nil, err
 	}
+	b.provisioner = p
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: benchClass}, Provisioner: b.driver.Name}
 	if _, err := b.c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 		return p, err
@@ -293,6 +299,14 @@ func (b *bench) provision(ctx context.Context, res *result) error {
 	if err != nil {
 		return err
 	}
+	cpuBefore := b.cpuByProcess()
+	if b.o.CPUProfile != "" {
+		go func() {
+			if err := b.saveProfile(ctx, "/debug/pprof/profile?seconds=10", b.o.CPUProfile); err != nil {
+				logf("CPU profile: %v", err)
+			}
+		}()
+	}
 	logf("creating %d claims (rate %v/s, 0 = all at once)", n, b.o.Rate)
 	start := time.Now()
 	create := func(ctx context.Context, i int) error {
@@ -330,6 +344,11 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	cpuAfter := b.cpuByProcess()
+	res.CPUPerVolumeMillis = map[string]float64{}
+	for name, after := range cpuAfter {
+		res.CPUPerVolumeMillis[name] = float64((after - cpuBefore[name]).Milliseconds()) / float64(n)
+	}
 	// Events are written after the fact; count them once they have settled.
 	after, err := b.settledRequests(ctx)
 	if err != nil {
@@ -415,6 +434,22 @@ func (b *bench) scrapeSidecar(ctx context.Context) map[string]float64 {
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err == nil && v > 0 {
 			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// cpuByProcess reads the CPU time used so far by the control plane
+// processes, the driver and the provisioner (when it is running).
+func (b *bench) cpuByProcess() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	procs := append(b.cp.Processes(), b.driver.Process)
+	if b.provisioner != nil {
+		procs = append(procs, b.provisioner)
+	}
+	for _, p := range procs {
+		if u, err := readProc(p.Cmd.Process.Pid); err == nil {
+			out[p.Name] = u.CPU
 		}
 	}
 	return out

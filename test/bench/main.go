@@ -42,6 +42,7 @@ type options struct {
 	Timeout        time.Duration
 	KeepDir        bool
 	HeapProfile    string
+	CPUProfile     string
 }
 
 func main() {
@@ -63,6 +64,7 @@ func main() {
 	flag.StringVar(&o.Out, "out", "", "JSON result file (default test/bench/results/<time>.json)")
 	flag.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&o.KeepDir, "keep-dir", false, "keep the working directory with the logs of every process")
+	flag.StringVar(&o.CPUProfile, "cpu-profile", "", "save a 10s CPU profile of the provisioner taken while it provisions (our sidecar, started with --enable-pprof)")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "after binding, save the provisioner's heap profile here (our sidecar, started with --enable-pprof)")
 	flag.Parse()
 	if o.Binder != "ours" && o.Binder != "kcm" {

@@ -18,6 +18,9 @@ type result struct {
 	Delete      phase
 	API         api
 	Sidecar     usage
+	// CPUPerVolumeMillis is the CPU time each process used while the claims
+	// were provisioned and bound, per volume.
+	CPUPerVolumeMillis map[string]float64 `json:",omitempty"`
 	// SidecarMetrics are the provisioner's own request and write counters
 	// after binding (our sidecar only).
 	SidecarMetrics map[string]float64 `json:",omitempty"`
@@ -108,6 +111,20 @@ func printResult(w io.Writer, r *result) {
 		fmt.Fprintf(tw, "provisioner idle CPU\t%.2f%% of a core\t(over %.0fs with %d bound volumes)\n", r.Sidecar.IdleCPUPercent, r.Sidecar.IdleSeconds, r.Options.N)
 	}
 	_ = tw.Flush()
+	if len(r.CPUPerVolumeMillis) > 0 {
+		keys := make([]string, 0, len(r.CPUPerVolumeMillis))
+		var total float64
+		for k, v := range r.CPUPerVolumeMillis {
+			keys = append(keys, k)
+			total += v
+		}
+		sortByValue(keys, r.CPUPerVolumeMillis)
+		fmt.Fprintf(w, "\nCPU per volume while provisioning (%.1f ms in all):", total)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s %.2f ms", k, r.CPUPerVolumeMillis[k])
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "\nAPI requests per volume while provisioning (benchmark's own PVC creates excluded):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	keys := make([]string, 0, len(r.API.PerVolume))
