@@ -109,6 +109,12 @@ type DriverConfig struct {
 	Memory bool
 	// NodeID is the node the driver reports; default "node-1".
 	NodeID string
+	// Topology makes the driver report topology (VOLUME_ACCESSIBILITY_
+	// CONSTRAINTS). Off by default: no kubelet runs here, so no CSINode
+	// lists the driver's topology keys, and a provisioner then refuses
+	// immediate claims of a topology-aware driver, as upstream does. A test
+	// that turns it on creates the Node and CSINode objects itself.
+	Topology bool
 	// Args are extra flags (fault injection, secrets, capabilities).
 	Args []string
 }
@@ -132,6 +138,9 @@ func StartDriver(ctx context.Context, bin string, cfg DriverConfig) (*Driver, er
 			return nil, err
 		}
 		d.args = append(d.args, "--backend=dir", "--root="+d.Root)
+	}
+	if !cfg.Topology {
+		d.args = append(d.args, "--enable-topology=false")
 	}
 	d.args = append(d.args, cfg.Args...)
 	return d, d.start(ctx, filepath.Join(cfg.Dir, "driver.log"))

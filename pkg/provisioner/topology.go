@@ -140,8 +140,10 @@ func (p *Provisioner) selectedNodeTopology(name string) ([]string, term, error) 
 
 // aggregate returns the segments of every Node that carries all keys. With
 // no keys (immediate binding) it takes the keys of the first CSINode, by
-// name, on which the driver reports any; if there is none, the driver
-// reports no topology anywhere and the result is empty.
+// name, on which the driver reports any. If there is none, no node runs the
+// driver's node plugin yet, and the volume's place cannot be chosen: an
+// error, as upstream ("no available topology found"), retried until a node
+// reports its topology.
 func (p *Provisioner) aggregate(keys []string) ([]term, error) {
 	if len(keys) == 0 {
 		csiNodes, err := p.csiNodes.List(labels.Everything())
@@ -155,7 +157,7 @@ func (p *Provisioner) aggregate(keys []string) ([]term, error) {
 			}
 		}
 		if len(keys) == 0 {
-			return nil, nil
+			return nil, fmt.Errorf("no available topology found: no CSINode lists topology keys for driver %s (is its node plugin running?)", p.name)
 		}
 	}
 	selector := labels.NewSelector()

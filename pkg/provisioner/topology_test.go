@@ -148,6 +148,7 @@ func TestTopologyRequirement(t *testing.T) {
 		{
 			name: "immediate: no CSINode has keys", class: newClass().Obj(),
 			cluster: objs(testutil.NewNode("n1", map[string]string{keyZone: "a"}), testutil.NewCSINode("n1", testDriver)),
+			wantErr: "no available topology found",
 		},
 		{
 			name: "immediate: keys on no node", class: newClass().Obj(),

@@ -47,6 +47,7 @@ type stackConfig struct {
 	driverArgs  []string
 	sidecarArgs []string
 	memory      bool
+	topology    bool
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -70,7 +71,7 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 	}
 	s.ns = ns.Name
 	s.driver, err = e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{
-		Dir: s.dir, Name: base + ".csi.kube-storage.io", Memory: cfg.memory, Args: cfg.driverArgs,
+		Dir: s.dir, Name: base + ".csi.kube-storage.io", Memory: cfg.memory, Topology: cfg.topology, Args: cfg.driverArgs,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -157,7 +157,7 @@ func TestSecretsAndTemplates(t *testing.T) {
 // provisioned only once the scheduler selected a node, on that node's
 // topology, and its PV carries matching node affinity.
 func TestWaitForFirstConsumerTopology(t *testing.T) {
-	s := newStack(t, stackConfig{})
+	s := newStack(t, stackConfig{topology: true})
 	const topoKey = "topology.hostpath.csi/node"
 	ctx := t.Context()
 	node := testutil.NewNode("node-1", map[string]string{topoKey: "node-1", "kubernetes.io/hostname": "node-1"})
@@ -278,4 +278,20 @@ func TestKillDuringCreateVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitGone(claim.Name, "pvc-"+string(claim.UID))
+}
+
+// TestImmediateTopologyWithoutNodes: a topology-aware driver whose node
+// plugin runs nowhere yet (no CSINode lists its keys) cannot place an
+// immediate claim's volume. As upstream, the claim is not provisioned, and
+// a Warning says why; nothing is created.
+func TestImmediateTopologyWithoutNodes(t *testing.T) {
+	s := newStack(t, stackConfig{topology: true})
+	sc := s.class("nonodes", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "nowhere").Class(sc.Name))
+	s.waitEvent(s.ns, string(claim.UID), "Warning", "ProvisioningFailed", "no available topology found")
+	vols, err := s.driver.ListVolumes(t.Context())
+	if err != nil || len(vols) != 0 {
+		t.Fatalf("driver volumes = %v, %v; want none", vols, err)
+	}
+	s.deleteAndWaitGone(claim.Name, "")
 }
