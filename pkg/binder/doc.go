@@ -24,16 +24,24 @@
 //     unbound after the provisioning grace gets one ExternalProvisioning
 //     event;
 //   - binding takes four writes, volume first (claimRef, volume phase, claim
-//     volumeName and annotations with the in-flight finalizer removed, claim
-//     status); each is skipped when it changes nothing, and every state
-//     between two writes is finished by the next sync;
+//     volumeName and annotations, claim status); each is skipped when it
+//     changes nothing, and every state between two writes is finished by the
+//     next sync. The third write also removes the in-flight finalizer, but
+//     only when the volume is the one this driver provisioned for the claim
+//     (a create may still be running otherwise; the provisioner's guard
+//     removes it later);
 //   - a volume whose claim is gone becomes Released; the provisioner then
 //     deletes it (Delete) or it stays (Retain); Recycle and unknown policies
 //     make it Failed with a Warning. Before releasing, a claim missing from
 //     the cache is read from the API server, and a claim found with another
 //     UID is read again, so a freshly provisioned volume is never released
-//     because its claim was not cached yet. The binder never calls the driver
-//     and never touches volume finalizers.
+//     because its claim was not cached yet. Beyond upstream, a volume is
+//     neither released nor unbound while another existing claim is still
+//     bound to it (bind-completed and spec.volumeName naming it), which only
+//     a hand edit of spec.claimRef can cause: releasing would delete or hand
+//     out that claim's data. A Warning VolumeStillInUse says how to fix it.
+//     The binder never calls the driver and never touches volume
+//     finalizers.
 //
 // Scope: the binder writes a volume only when spec.csi.driver is the driver
 // or pv.kubernetes.io/provisioned-by names it, and a claim only when its
