@@ -94,6 +94,8 @@ type Driver struct {
 	Name string
 	// Root is the dir backend's state directory ("" for memory).
 	Root string
+	// NodeID is the node the driver serves.
+	NodeID string
 
 	bin  string
 	args []string
@@ -113,7 +115,7 @@ type DriverConfig struct {
 	// CONSTRAINTS). Off by default: no kubelet runs here, so no CSINode
 	// lists the driver's topology keys, and a provisioner then refuses
 	// immediate claims of a topology-aware driver, as upstream does. A test
-	// that turns it on creates the Node and CSINode objects itself.
+	// that turns it on calls [Driver.RegisterNode] to play the kubelet.
 	Topology bool
 	// Args are extra flags (fault injection, secrets, capabilities).
 	Args []string
@@ -128,7 +130,7 @@ func StartDriver(ctx context.Context, bin string, cfg DriverConfig) (*Driver, er
 	if cfg.NodeID == "" {
 		cfg.NodeID = "node-1"
 	}
-	d := &Driver{Socket: filepath.Join(cfg.Dir, "csi.sock"), Name: cfg.Name, bin: bin}
+	d := &Driver{Socket: filepath.Join(cfg.Dir, "csi.sock"), Name: cfg.Name, NodeID: cfg.NodeID, bin: bin}
 	d.args = []string{"--endpoint=unix://" + d.Socket, "--drivername=" + cfg.Name, "--node-id=" + cfg.NodeID, "-v=3"}
 	if cfg.Memory {
 		d.args = append(d.args, "--backend=memory")

@@ -107,7 +107,7 @@ func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.B
 
 	var err error
 	s.driver, err = e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{
-		Dir: dir, Name: driverName, Memory: true,
+		Dir: dir, Name: driverName, Memory: true, Topology: true,
 		Args: []string{"--enable-attach",
 			"--require-create-secret=" + secretKey + "=" + secretValue,
 			"--require-delete-secret=" + secretKey + "=" + secretValue},
@@ -116,6 +116,9 @@ func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.B
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+	if err := s.driver.RegisterNode(t.Context(), cp.Client()); err != nil {
+		t.Fatal(err)
+	}
 
 	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
 		Kubeconfig: kubeconfig, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),

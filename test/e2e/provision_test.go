@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
@@ -158,21 +159,9 @@ func TestSecretsAndTemplates(t *testing.T) {
 // topology, and its PV carries matching node affinity.
 func TestWaitForFirstConsumerTopology(t *testing.T) {
 	s := newStack(t, stackConfig{topology: true})
-	const topoKey = "topology.hostpath.csi/node"
+	topoKey := e2e.TopologyKey
 	ctx := t.Context()
-	node := testutil.NewNode("node-1", map[string]string{topoKey: "node-1", "kubernetes.io/hostname": "node-1"})
-	node.ResourceVersion = ""
-	if _, err := s.c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	csiNode := testutil.NewCSINode("node-1", s.driver.Name, topoKey)
-	csiNode.ResourceVersion = ""
-	if existing, err := s.c.StorageV1().CSINodes().Get(ctx, "node-1", metav1.GetOptions{}); err == nil {
-		existing.Spec.Drivers = append(existing.Spec.Drivers, csiNode.Spec.Drivers...)
-		if _, err := s.c.StorageV1().CSINodes().Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	} else if _, err := s.c.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
+	if err := s.driver.RegisterNode(ctx, s.c); err != nil {
 		t.Fatal(err)
 	}
 	sc := s.class("wffc", func(sc *storagev1.StorageClass) {
