@@ -14,10 +14,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"sort"
-	"math"
 	"strings"
 	"syscall"
 
