@@ -137,11 +137,9 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err := d.backend.CreateVolume(v, content); err != nil {
 		return nil, status.Errorf(codes.Internal, "create volume %q: %v", v.Name, err)
 	}
-	d.st.Volumes[v.ID] = v
-	d.volumesByName[v.Name] = v
+	d.addVolumeLocked(v)
 	if err := d.saveLocked(); err != nil {
-		delete(d.st.Volumes, v.ID)
-		delete(d.volumesByName, v.Name)
+		d.removeVolumeLocked(v)
 		_ = d.backend.DeleteVolume(v)
 		return nil, err
 	}
@@ -276,12 +274,20 @@ func (d *Driver) csiVolume(v *state.Volume) *csi.Volume {
 	return out
 }
 
-func (d *Driver) usedBytesLocked() int64 {
-	var used int64
-	for _, v := range d.st.Volumes {
-		used += v.CapacityBytes
-	}
-	return used
+func (d *Driver) usedBytesLocked() int64 { return d.usedBytes }
+
+// addVolumeLocked records v in the state, the name index and the used bytes.
+func (d *Driver) addVolumeLocked(v *state.Volume) {
+	d.st.Volumes[v.ID] = v
+	d.volumesByName[v.Name] = v
+	d.usedBytes += v.CapacityBytes
+}
+
+// removeVolumeLocked undoes addVolumeLocked.
+func (d *Driver) removeVolumeLocked(v *state.Volume) {
+	delete(d.st.Volumes, v.ID)
+	delete(d.volumesByName, v.Name)
+	d.usedBytes -= v.CapacityBytes
 }
 
 func (d *Driver) newVolumeIDLocked() string {
@@ -344,11 +350,9 @@ func (d *Driver) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	// Forget the volume first, then free its data: a crash in between
 	// leaves data that no state refers to, which the dir backend removes
 	// on the next start. The other order could resurrect a deleted volume.
-	delete(d.st.Volumes, v.ID)
-	delete(d.volumesByName, v.Name)
+	d.removeVolumeLocked(v)
 	if err := d.saveLocked(); err != nil {
-		d.st.Volumes[v.ID] = v
-		d.volumesByName[v.Name] = v
+		d.addVolumeLocked(v)
 		return err
 	}
 	if err := d.backend.DeleteVolume(v); err != nil {

@@ -662,6 +662,10 @@ func TestSaveFailureRollsBack(t *testing.T) {
 	if ids := volumeIDs(t, d); len(ids) != 1 || ids[kept.GetVolumeId()] != gi {
 		t.Fatalf("volumes after failed saves: %v, want only %s", ids, kept.GetVolumeId())
 	}
+	// The rolled-back create and delete left the capacity as it was.
+	if resp, err := d.GetCapacity(t.Context(), &csi.GetCapacityRequest{}); err != nil || resp.GetAvailableCapacity() != DefaultCapacity-gi {
+		t.Fatalf("available capacity after failed saves: %v, %v; want %d", resp.GetAvailableCapacity(), err, DefaultCapacity-gi)
+	}
 	// Nothing half-done: the name is free, the volume is not attached.
 	mustCreate(t, d, createReq("lost", gi))
 	if _, err := d.DeleteVolume(t.Context(), &csi.DeleteVolumeRequest{VolumeId: kept.GetVolumeId()}); err != nil {

@@ -47,6 +47,10 @@ type Driver struct {
 	// idempotency key of CreateVolume and CreateSnapshot.
 	volumesByName   map[string]*state.Volume
 	snapshotsByName map[string]*state.Snapshot
+	// usedBytes is the sum of the volumes' capacities, kept up to date by
+	// addVolumeLocked and removeVolumeLocked so that a CreateVolume does
+	// not walk every volume.
+	usedBytes int64
 }
 
 var (
@@ -104,6 +108,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Driver, error) {
 	d.volumesByName = make(map[string]*state.Volume, len(st.Volumes))
 	for _, v := range st.Volumes {
 		d.volumesByName[v.Name] = v
+		d.usedBytes += v.CapacityBytes
 	}
 	d.snapshotsByName = make(map[string]*state.Snapshot, len(st.Snapshots))
 	for _, s := range st.Snapshots {

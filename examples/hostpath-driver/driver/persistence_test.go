@@ -61,6 +61,13 @@ func TestDirStateSurvivesRestart(t *testing.T) {
 	if got := volumeIDs(t, second); !maps.Equal(got, want) {
 		t.Errorf("volumes after restart %v, want %v", got, want)
 	}
+	var used int64
+	for _, size := range want {
+		used += size
+	}
+	if resp, err := second.GetCapacity(t.Context(), &csi.GetCapacityRequest{}); err != nil || resp.GetAvailableCapacity() != DefaultCapacity-used {
+		t.Errorf("available capacity after restart: %v, %v; want %d", resp.GetAvailableCapacity(), err, DefaultCapacity-used)
+	}
 	snaps, err := second.ListSnapshots(t.Context(), &csi.ListSnapshotsRequest{})
 	if err != nil || len(snaps.GetEntries()) != 1 || snaps.GetEntries()[0].GetSnapshot().GetSnapshotId() != snap.GetSnapshot().GetSnapshotId() {
 		t.Errorf("snapshots after restart: %v, %v", snaps, err)
