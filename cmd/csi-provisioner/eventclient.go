@@ -3,29 +3,33 @@ package main
 import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/events"
 )
 
 // eventSplitClient is a clientset whose event writes go through a second
-// clientset with a rate limiter of its own. Events are written by a single
-// goroutine per recorder, after the fact; on a shared budget they would
-// delay volume writes, and volume writes would delay (or, past the
-// recorder's 1000-event queue, drop) the events that explain a Pending
-// claim. The provisioner library takes one clientset for both, so this
-// wrapper routes only CoreV1().Events to the event clientset.
+// clientset with a rate limiter of its own, queued on an events.Writer. On
+// a shared budget events would delay volume writes, and volume writes would
+// delay the events that explain a Pending claim; written one at a time by
+// client-go's broadcasters (ours and the provisioning library's own), they
+// are dropped under load. The provisioner library takes one clientset for
+// both, so this wrapper routes only CoreV1().Events.
 type eventSplitClient struct {
 	kubernetes.Interface
 	events kubernetes.Interface
+	writer *events.Writer
 }
 
 func (c eventSplitClient) CoreV1() typedcorev1.CoreV1Interface {
-	return coreV1WithEvents{CoreV1Interface: c.Interface.CoreV1(), events: c.events.CoreV1()}
+	return coreV1WithEvents{CoreV1Interface: c.Interface.CoreV1(), events: c.events.CoreV1(), writer: c.writer}
 }
 
 type coreV1WithEvents struct {
 	typedcorev1.CoreV1Interface
 	events typedcorev1.CoreV1Interface
+	writer *events.Writer
 }
 
 func (c coreV1WithEvents) Events(namespace string) typedcorev1.EventInterface {
-	return c.events.Events(namespace)
+	return c.writer.Wrap(c.events.Events(namespace))
 }

@@ -48,11 +48,13 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	events, err := kubernetes.NewForConfig(restCfg) // same limits, own budget
+	eventClient, err := kubernetes.NewForConfig(restCfg) // same limits, own budget
 	if err != nil {
 		return fmt.Errorf("create Kubernetes event client: %w", err)
 	}
-	client := eventSplitClient{Interface: main, events: events}
+	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{})
+	go writer.Run(ctx)
+	client := eventSplitClient{Interface: main, events: eventClient, writer: writer}
 
 	mm := metrics.NewCSIMetricsManagerWithOptions("",
 		metrics.WithProcessStartTime(false),
@@ -214,8 +216,9 @@ func buildRESTConfig(cfg *Config) (*rest.Config, error) {
 // 3 MB for nothing.
 const eventCorrelatorCacheSize = 512
 
-// newBroadcaster returns the one event broadcaster of the provisioner and
-// the binder, writing to the API server.
+// newBroadcaster returns the event broadcaster of the provisioner and the
+// binder (the provisioning library has its own). Its writes to client's
+// events are queued on the events.Writer of eventSplitClient.
 func newBroadcaster(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
 	b := record.NewBroadcaster(record.WithContext(ctx),
 		record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize}))

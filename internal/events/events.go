@@ -5,6 +5,9 @@
 // every attempt. [Deduplicator] wraps a recorder and forwards an event for an
 // object only when its (type, reason, message) differs from the last event it
 // forwarded for that object. It is shared by the binder and the provisioner.
+//
+// [Writer] writes the events of a broadcaster to the API server from
+// several workers, so that a busy sidecar does not drop them.
 package events
 
 import (

@@ -1,0 +1,201 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	restclient "k8s.io/client-go/rest"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// WriterOptions tune a [Writer]; the zero value gives the defaults.
+type WriterOptions struct {
+	// Workers is the number of events written at the same time; default 8.
+	Workers int
+	// QueueLength is the number of events waiting per worker before new
+	// ones are dropped (with an error log); default 2048.
+	QueueLength int
+	// RetryInterval is the wait between two attempts to write an event
+	// when the API server cannot be reached; default 10s, as client-go.
+	RetryInterval time.Duration
+	// MaxTries is the number of attempts per event; default 12, as
+	// client-go.
+	MaxTries int
+}
+
+// Writer writes events to the API server from several workers.
+//
+// client-go's event broadcaster writes to its sink one event at a time and
+// silently drops what does not fit its queue of 1000: when a sidecar
+// provisions faster than about one event per API round trip, the events
+// that explain a claim are lost. The provisioning library creates its own
+// broadcaster, so the fix has to sit below the sink: [Writer.Wrap] returns
+// an EventInterface whose event writes only queue the write and return at
+// once, and the Writer's workers then write, retrying while the API server
+// cannot be reached. The broadcasters still correlate (aggregate, count,
+// filter spam) as usual. All writes about one object go to the same worker,
+// in the order they were made.
+type Writer struct {
+	client typedcorev1.EventInterface
+	opts   WriterOptions
+	queues []chan write
+	wg     sync.WaitGroup
+}
+
+// write is one queued event write: a create, or a patch of a repeated event.
+type write struct {
+	event *corev1.Event
+	patch []byte // nil for a create
+}
+
+// NewWriter returns a Writer that writes with client (its namespace does not
+// matter: events are written to their own namespace). Run starts it.
+func NewWriter(client typedcorev1.EventInterface, opts WriterOptions) *Writer {
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.QueueLength <= 0 {
+		opts.QueueLength = 2048
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 10 * time.Second
+	}
+	if opts.MaxTries <= 0 {
+		opts.MaxTries = 12
+	}
+	w := &Writer{client: client, opts: opts, queues: make([]chan write, opts.Workers)}
+	for i := range w.queues {
+		w.queues[i] = make(chan write, opts.QueueLength)
+	}
+	return w
+}
+
+// Wrap returns events whose CreateWithEventNamespace and
+// PatchWithEventNamespace, the calls of client-go's event sink, queue the
+// write on w and report success at once. Everything else goes to events.
+func (w *Writer) Wrap(events typedcorev1.EventInterface) typedcorev1.EventInterface {
+	return queued{EventInterface: events, w: w}
+}
+
+type queued struct {
+	typedcorev1.EventInterface
+	w *Writer
+}
+
+func (q queued) CreateWithEventNamespace(e *corev1.Event) (*corev1.Event, error) {
+	q.w.enqueue(write{event: e.DeepCopy()})
+	return e, nil
+}
+
+func (q queued) PatchWithEventNamespace(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	q.w.enqueue(write{event: e.DeepCopy(), patch: data})
+	return e, nil
+}
+
+// enqueue never blocks: a write that does not fit is dropped and logged.
+func (w *Writer) enqueue(wr write) {
+	select {
+	case w.queues[w.shard(wr.event)] <- wr:
+	default:
+		e := wr.event
+		klog.Background().Error(errors.New("event queue full"), "Dropping event",
+			"object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "kind", e.InvolvedObject.Kind,
+			"type", e.Type, "reason", e.Reason)
+	}
+}
+
+// Run writes queued events until ctx is done, then returns once every
+// worker stopped. Events still queued then are not written.
+func (w *Writer) Run(ctx context.Context) {
+	for _, q := range w.queues {
+		w.wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case wr := <-q:
+					w.write(ctx, wr)
+				}
+			}
+		})
+	}
+	w.wg.Wait()
+}
+
+func (w *Writer) shard(e *corev1.Event) int {
+	h := fnv.New32a()
+	ref := e.InvolvedObject
+	_, _ = h.Write([]byte(ref.Kind + "/" + ref.Namespace + "/" + ref.Name + "/" + string(ref.UID)))
+	return int(h.Sum32() % uint32(len(w.queues)))
+}
+
+// write makes wr, retrying while the API server cannot be reached.
+func (w *Writer) write(ctx context.Context, wr write) {
+	e := wr.event
+	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", e.Reason)
+	for try := 1; ; try++ {
+		if w.writeOnce(logger, wr) {
+			return
+		}
+		if try >= w.opts.MaxTries {
+			logger.Error(nil, "Giving up writing event", "tries", try)
+			return
+		}
+		wait := w.opts.RetryInterval
+		if try == 1 {
+			// Spread the first retry, so that clients do not all retry at
+			// the same moment after an API server outage.
+			wait = time.Duration(rand.Float64() * float64(wait))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// writeOnce patches a repeated event (creating it if the earlier copy is
+// gone) or creates a new one. It reports whether the write is done with:
+// made, or refused for a reason a retry would not change.
+func (w *Writer) writeOnce(logger klog.Logger, wr write) bool {
+	var err error
+	if wr.patch != nil {
+		_, err = w.client.PatchWithEventNamespace(wr.event, wr.patch)
+	}
+	if wr.patch == nil || apierrors.IsNotFound(err) {
+		e := wr.event.DeepCopy()
+		e.ResourceVersion = ""
+		_, err = w.client.CreateWithEventNamespace(e)
+	}
+	if err == nil {
+		return true
+	}
+	var construction *restclient.RequestConstructionError
+	var status *apierrors.StatusError
+	switch {
+	case errors.As(err, &construction):
+		logger.Error(err, "Cannot build the event request, dropping the event")
+		return true
+	case apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err):
+		// The server is overloaded or restarting: worth another try
+		// (client-go's writer drops these).
+	case errors.As(err, &status):
+		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			logger.V(5).Info("Event refused by the API server", "err", err)
+		} else {
+			logger.Error(err, "Event refused by the API server, dropping it")
+		}
+		return true
+	}
+	logger.Error(err, "Cannot write event, will retry")
+	return false
+}

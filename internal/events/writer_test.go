@@ -1,0 +1,244 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// failReason is the reason of the events whose writes fail decides; the
+// writes of other events always succeed.
+const failReason = "Provisioning"
+
+// apiEvents is an EventInterface that records the event writes of
+// client-go's sink; any other call panics (nil embedded interface).
+type apiEvents struct {
+	typedcorev1.EventInterface
+	mu      sync.Mutex
+	delay   time.Duration
+	fail    func(call int) error
+	calls   int // writes of failReason events
+	created []*corev1.Event
+	patched []*corev1.Event
+}
+
+func (a *apiEvents) call(e *corev1.Event) error {
+	if a.delay > 0 {
+		time.Sleep(a.delay)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fail == nil || e.Reason != failReason {
+		return nil
+	}
+	a.calls++
+	return a.fail(a.calls)
+}
+
+func (a *apiEvents) CreateWithEventNamespace(e *corev1.Event) (*corev1.Event, error) {
+	if err := a.call(e); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.created = append(a.created, e.DeepCopy())
+	return e, nil
+}
+
+func (a *apiEvents) PatchWithEventNamespace(e *corev1.Event, _ []byte) (*corev1.Event, error) {
+	if err := a.call(e); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.patched = append(a.patched, e.DeepCopy())
+	return e, nil
+}
+
+func (a *apiEvents) counts() (calls, created, patched int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls, len(a.created), len(a.patched)
+}
+
+// lastCreated returns the reason of the last event created.
+func (a *apiEvents) lastCreated() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.created) == 0 {
+		return ""
+	}
+	return a.created[len(a.created)-1].Reason
+}
+
+// newStack runs w until the test ends and returns a recorder whose
+// broadcaster writes through w to api, as the sidecar wires it.
+func newStack(t *testing.T, w *Writer, api *apiEvents) record.EventRecorder {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.Wrap(api)})
+	t.Cleanup(func() { b.Shutdown(); cancel(); <-done })
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "test"})
+}
+
+func pvc(name string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+}
+
+// waitFor polls cond for up to a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWriterWritesEveryEvent: events recorded at about 2500/s through an
+// API that takes 1ms per write are all written (client-go's single writer
+// manages 1000/s here and drops what exceeds its queue of 1000), and the
+// events of each object in the order they were recorded.
+func TestWriterWritesEveryEvent(t *testing.T) {
+	const objects, perObject, perTick = 1000, 3, 25
+	api := &apiEvents{delay: time.Millisecond}
+	rec := newStack(t, NewWriter(api, WriterOptions{Workers: 8}), api)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for o := range objects {
+		for i := range perObject {
+			if n++; n%perTick == 0 {
+				<-tick.C
+			}
+			rec.Event(pvc(fmt.Sprintf("claim-%d", o)), corev1.EventTypeNormal, fmt.Sprintf("Step%d", i), "message")
+		}
+	}
+	waitFor(t, "every event", func() bool { _, created, _ := api.counts(); return created == objects*perObject })
+
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	next := map[string]int{}
+	for _, e := range api.created {
+		if want := fmt.Sprintf("Step%d", next[e.InvolvedObject.Name]); e.Reason != want {
+			t.Fatalf("%s: event %q written before %q", e.InvolvedObject.Name, e.Reason, want)
+		}
+		next[e.InvolvedObject.Name]++
+	}
+}
+
+// TestWriterPatchesRepeats: the broadcaster still correlates: the same event
+// twice is one create and one patch with count 2.
+func TestWriterPatchesRepeats(t *testing.T) {
+	api := &apiEvents{}
+	rec := newStack(t, NewWriter(api, WriterOptions{Workers: 2}), api)
+	rec.Event(pvc("c"), corev1.EventTypeWarning, "Failed", "same")
+	waitFor(t, "the create", func() bool { _, created, _ := api.counts(); return created == 1 })
+	rec.Event(pvc("c"), corev1.EventTypeWarning, "Failed", "same")
+	waitFor(t, "the patch", func() bool { _, _, patched := api.counts(); return patched == 1 })
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if got := api.patched[0].Count; got != 2 {
+		t.Errorf("patched count = %d, want 2", got)
+	}
+	if len(api.created) != 1 {
+		t.Errorf("%d creates, want 1", len(api.created))
+	}
+}
+
+func TestWriterErrors(t *testing.T) {
+	unreachable := errors.New("connection refused")
+	tests := []struct {
+		name        string
+		fail        func(call int) error
+		maxTries    int
+		wantCalls   int
+		wantCreated int
+	}{
+		{name: "server unreachable, then back: retried until written",
+			fail: func(call int) error {
+				if call <= 2 {
+					return unreachable
+				}
+				return nil
+			},
+			wantCalls: 3, wantCreated: 1},
+		{name: "server unreachable for good: given up after MaxTries",
+			fail: func(int) error { return unreachable }, maxTries: 4, wantCalls: 4},
+		{name: "server overloaded (429), then not: retried",
+			fail: func(call int) error {
+				if call == 1 {
+					return apierrors.NewTooManyRequests("busy", 1)
+				}
+				return nil
+			},
+			wantCalls: 2, wantCreated: 1},
+		{name: "refused by the server: not retried",
+			fail: func(int) error { return apierrors.NewBadRequest("bad event") }, wantCalls: 1},
+		{name: "already exists: not retried",
+			fail: func(int) error { return apierrors.NewAlreadyExists(corev1.Resource("events"), "e") }, wantCalls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := &apiEvents{fail: tt.fail}
+			rec := newStack(t, NewWriter(api, WriterOptions{Workers: 1, RetryInterval: time.Millisecond, MaxTries: tt.maxTries}), api)
+			rec.Event(pvc("c"), corev1.EventTypeNormal, failReason, "m")
+			// One worker writes in order: once the sentinel is written,
+			// the first event is done with and the counts are final.
+			rec.Event(pvc("c"), corev1.EventTypeNormal, "Sentinel", "m")
+			waitFor(t, "the sentinel", func() bool { return api.lastCreated() == "Sentinel" })
+			if calls, created, _ := api.counts(); calls != tt.wantCalls || created-1 != tt.wantCreated {
+				t.Errorf("%d calls and %d creates, want %d and %d", calls, created-1, tt.wantCalls, tt.wantCreated)
+			}
+		})
+	}
+}
+
+// TestWriterQueueFull: a queued write never blocks the broadcaster; what
+// does not fit is dropped.
+func TestWriterQueueFull(t *testing.T) {
+	api := &apiEvents{}
+	w := NewWriter(api, WriterOptions{Workers: 1, QueueLength: 2})
+	sink := w.Wrap(api)
+	for i := range 5 {
+		e := &corev1.Event{InvolvedObject: corev1.ObjectReference{Namespace: "ns", Name: fmt.Sprintf("claim-%d", i)}, Reason: "Provisioning"}
+		if _, err := sink.CreateWithEventNamespace(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the queued events", func() bool { _, created, _ := api.counts(); return created == 2 })
+	// One worker, in order: had more been queued, they would come before
+	// the sentinel.
+	if _, err := sink.CreateWithEventNamespace(&corev1.Event{InvolvedObject: corev1.ObjectReference{Name: "claim-0"}, Reason: "Sentinel"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sentinel", func() bool { return api.lastCreated() == "Sentinel" })
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	var got []string
+	for _, e := range api.created {
+		got = append(got, e.InvolvedObject.Name+" "+e.Reason)
+	}
+	if want := []string{"claim-0 Provisioning", "claim-1 Provisioning", "claim-0 Sentinel"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("written %q, want %q", got, want)
+	}
+}
