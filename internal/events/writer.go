@@ -10,8 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	restclient "k8s.io/client-go/rest"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
 
@@ -77,9 +77,10 @@ func NewWriter(client typedcorev1.EventInterface, opts WriterOptions) *Writer {
 	return w
 }
 
-// Wrap returns events whose CreateWithEventNamespace and
-// PatchWithEventNamespace, the calls of client-go's event sink, queue the
-// write on w and report success at once. Everything else goes to events.
+// Wrap returns events whose event writes (CreateWithEventNamespace and
+// PatchWithEventNamespace, which client-go's event sink calls, and their
+// WithContext forms) queue the write on w and report success at once.
+// Everything else goes to events.
 func (w *Writer) Wrap(events typedcorev1.EventInterface) typedcorev1.EventInterface {
 	return queued{EventInterface: events, w: w}
 }
@@ -90,11 +91,19 @@ type queued struct {
 }
 
 func (q queued) CreateWithEventNamespace(e *corev1.Event) (*corev1.Event, error) {
+	return q.CreateWithEventNamespaceWithContext(context.Background(), e)
+}
+
+func (q queued) CreateWithEventNamespaceWithContext(_ context.Context, e *corev1.Event) (*corev1.Event, error) {
 	q.w.enqueue(write{event: e.DeepCopy()})
 	return e, nil
 }
 
 func (q queued) PatchWithEventNamespace(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return q.PatchWithEventNamespaceWithContext(context.Background(), e, data)
+}
+
+func (q queued) PatchWithEventNamespaceWithContext(_ context.Context, e *corev1.Event, data []byte) (*corev1.Event, error) {
 	q.w.enqueue(write{event: e.DeepCopy(), patch: data})
 	return e, nil
 }
@@ -141,7 +150,7 @@ func (w *Writer) write(ctx context.Context, wr write) {
 	e := wr.event
 	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", e.Reason)
 	for try := 1; ; try++ {
-		if w.writeOnce(logger, wr) {
+		if w.writeOnce(ctx, logger, wr) {
 			return
 		}
 		if try >= w.opts.MaxTries {
@@ -165,15 +174,15 @@ func (w *Writer) write(ctx context.Context, wr write) {
 // writeOnce patches a repeated event (creating it if the earlier copy is
 // gone) or creates a new one. It reports whether the write is done with:
 // made, or refused for a reason a retry would not change.
-func (w *Writer) writeOnce(logger klog.Logger, wr write) bool {
+func (w *Writer) writeOnce(ctx context.Context, logger klog.Logger, wr write) bool {
 	var err error
 	if wr.patch != nil {
-		_, err = w.client.PatchWithEventNamespace(wr.event, wr.patch)
+		_, err = w.client.PatchWithEventNamespaceWithContext(ctx, wr.event, wr.patch)
 	}
 	if wr.patch == nil || apierrors.IsNotFound(err) {
 		e := wr.event.DeepCopy()
 		e.ResourceVersion = ""
-		_, err = w.client.CreateWithEventNamespace(e)
+		_, err = w.client.CreateWithEventNamespaceWithContext(ctx, e)
 	}
 	if err == nil {
 		return true

@@ -21,8 +21,8 @@ import (
 // writes of other events always succeed.
 const failReason = "Provisioning"
 
-// apiEvents is an EventInterface that records the event writes of
-// client-go's sink; any other call panics (nil embedded interface).
+// apiEvents is an EventInterface that records the event writes the Writer
+// makes; any other call panics (nil embedded interface).
 type apiEvents struct {
 	typedcorev1.EventInterface
 	mu      sync.Mutex
@@ -46,7 +46,7 @@ func (a *apiEvents) call(e *corev1.Event) error {
 	return a.fail(a.calls)
 }
 
-func (a *apiEvents) CreateWithEventNamespace(e *corev1.Event) (*corev1.Event, error) {
+func (a *apiEvents) CreateWithEventNamespaceWithContext(_ context.Context, e *corev1.Event) (*corev1.Event, error) {
 	if err := a.call(e); err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func (a *apiEvents) CreateWithEventNamespace(e *corev1.Event) (*corev1.Event, er
 	return e, nil
 }
 
-func (a *apiEvents) PatchWithEventNamespace(e *corev1.Event, _ []byte) (*corev1.Event, error) {
+func (a *apiEvents) PatchWithEventNamespaceWithContext(_ context.Context, e *corev1.Event, _ []byte) (*corev1.Event, error) {
 	if err := a.call(e); err != nil {
 		return nil, err
 	}
@@ -214,10 +214,10 @@ func TestWriterErrors(t *testing.T) {
 func TestWriterQueueFull(t *testing.T) {
 	api := &apiEvents{}
 	w := NewWriter(api, WriterOptions{Workers: 1, QueueLength: 2})
-	sink := w.Wrap(api)
+	sink := &typedcorev1.EventSinkImpl{Interface: w.Wrap(api)}
 	for i := range 5 {
 		e := &corev1.Event{InvolvedObject: corev1.ObjectReference{Namespace: "ns", Name: fmt.Sprintf("claim-%d", i)}, Reason: "Provisioning"}
-		if _, err := sink.CreateWithEventNamespace(e); err != nil {
+		if _, err := sink.Create(e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -228,7 +228,7 @@ func TestWriterQueueFull(t *testing.T) {
 	waitFor(t, "the queued events", func() bool { _, created, _ := api.counts(); return created == 2 })
 	// One worker, in order: had more been queued, they would come before
 	// the sentinel.
-	if _, err := sink.CreateWithEventNamespace(&corev1.Event{InvolvedObject: corev1.ObjectReference{Name: "claim-0"}, Reason: "Sentinel"}); err != nil {
+	if _, err := sink.Create(&corev1.Event{InvolvedObject: corev1.ObjectReference{Name: "claim-0"}, Reason: "Sentinel"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the sentinel", func() bool { return api.lastCreated() == "Sentinel" })
