@@ -186,6 +186,28 @@ func (d *Driver) ListVolumes(ctx context.Context) ([]*csi.Volume, error) {
 	}
 }
 
+// CreateVolume creates a 1Gi mount volume named name in the driver, as an
+// administrator would before writing a static PV for it, and returns its ID.
+func (d *Driver) CreateVolume(ctx context.Context, name string) (string, error) {
+	conn, err := dial(d.Socket)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close() }()
+	resp, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name:          name,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	if err != nil {
+		return "", fmt.Errorf("CreateVolume %s on %s: %w", name, d.Socket, err)
+	}
+	return resp.GetVolume().GetVolumeId(), nil
+}
+
 func dial(socket string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }

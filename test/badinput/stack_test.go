@@ -46,7 +46,7 @@ type stack struct {
 func newStack(t *testing.T, name string, driverArgs, sidecarArgs []string) *stack {
 	t.Helper()
 	cp := controlplane.Need(t, shared)
-	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

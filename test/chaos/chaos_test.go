@@ -112,7 +112,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := controlplane.StartForTest(t, controlplane.Config{Dir: filepath.Join(dir, "controlplane")})
-	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -240,27 +237,14 @@ func (s *stack) startDriver(failCode string, seed uint64) {
 // retried (CreateVolume is idempotent by name).
 func (s *stack) createStaticVolume(name string) string {
 	s.t.Helper()
-	conn, err := grpc.NewClient("unix://"+s.driver.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
 	var id string
 	testutil.Eventually(s.t, time.Minute, "create static volume "+name, func(ctx context.Context) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		resp, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
-			Name:          name,
-			CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
-			VolumeCapabilities: []*csi.VolumeCapability{{
-				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-				AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-			}},
-		})
-		if err != nil {
+		var err error
+		if id, err = s.driver.CreateVolume(ctx, name); err != nil {
 			return false, nil // an injected fault or a hang: try again
 		}
-		id = resp.GetVolume().GetVolumeId()
 		return true, nil
 	})
 	return id

@@ -340,7 +340,7 @@ func (s *rbacStack) forbiddenSeen(ctx context.Context, re *regexp.Regexp) (bool,
 func TestRBACLeastPrivilege(t *testing.T) {
 	cp := controlplane.Need(t, shared)
 	tool(t, "helm", "HELM")
-	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatalf("build the sidecar and the driver: %v", err)
 	}
@@ -614,7 +614,7 @@ func (s *rbacStack) waitDenied(res, verb string) {
 func TestManifestArgsAccepted(t *testing.T) {
 	tool(t, "helm", "HELM")
 	tool(t, "kustomize", "KUSTOMIZE")
-	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatalf("build the sidecar and the driver: %v", err)
 	}

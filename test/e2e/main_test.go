@@ -56,7 +56,7 @@ var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
 func newStack(t *testing.T, cfg stackConfig) *stack {
 	t.Helper()
 	cp := controlplane.Need(t, shared)
-	bins, err := e2e.Build(t.Context(), os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,11 @@ package integration
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
@@ -33,7 +29,7 @@ type stack struct {
 func (e *env) startStack(driverArgs ...string) *stack {
 	e.t.Helper()
 	ctx := e.t.Context()
-	bins, err := e2e.Build(ctx, os.Getenv("CSI_PROVISIONER_BIN_DIR"))
+	bins, err := e2e.Build(ctx, "")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -68,23 +64,11 @@ func (e *env) startStack(driverArgs ...string) *stack {
 // administrator would before writing a static PV for it, and returns its ID.
 func (s *stack) createVolume(name string) string {
 	s.e.t.Helper()
-	conn, err := grpc.NewClient("unix://"+s.driver.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	id, err := s.driver.CreateVolume(s.e.t.Context(), name)
 	if err != nil {
 		s.e.t.Fatal(err)
 	}
-	defer func() { _ = conn.Close() }()
-	resp, err := csi.NewControllerClient(conn).CreateVolume(s.e.t.Context(), &csi.CreateVolumeRequest{
-		Name:          name,
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
-		VolumeCapabilities: []*csi.VolumeCapability{{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		}},
-	})
-	if err != nil {
-		s.e.t.Fatalf("CreateVolume %s: %v", name, err)
-	}
-	return resp.GetVolume().GetVolumeId()
+	return id
 }
 
 // volumeIDs returns the sorted IDs of the driver's volumes.
