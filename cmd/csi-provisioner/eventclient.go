@@ -16,13 +16,19 @@ import (
 // both, so this wrapper routes only CoreV1().Events.
 type eventSplitClient struct {
 	kubernetes.Interface
-	events kubernetes.Interface
-	writer *events.Writer
+	core typedcorev1.CoreV1Interface
 }
 
-func (c eventSplitClient) CoreV1() typedcorev1.CoreV1Interface {
-	return coreV1WithEvents{CoreV1Interface: c.Interface.CoreV1(), events: c.events.CoreV1(), writer: c.writer}
+// newEventSplitClient returns main with CoreV1().Events served by eventClient
+// through w. The CoreV1 wrapper is built once, not on every request.
+func newEventSplitClient(main, eventClient kubernetes.Interface, w *events.Writer) eventSplitClient {
+	return eventSplitClient{
+		Interface: main,
+		core:      coreV1WithEvents{CoreV1Interface: main.CoreV1(), events: eventClient.CoreV1(), writer: w},
+	}
 }
+
+func (c eventSplitClient) CoreV1() typedcorev1.CoreV1Interface { return c.core }
 
 type coreV1WithEvents struct {
 	typedcorev1.CoreV1Interface

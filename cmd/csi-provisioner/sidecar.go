@@ -54,7 +54,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{})
 	go writer.Run(ctx)
-	client := eventSplitClient{Interface: main, events: eventClient, writer: writer}
+	client := newEventSplitClient(main, eventClient, writer)
 
 	mm := metrics.NewCSIMetricsManagerWithOptions("",
 		metrics.WithProcessStartTime(false),
