@@ -66,13 +66,7 @@ func newStack(t *testing.T, name string, driverArgs, sidecarArgs []string) *stac
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = s.sidecar.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("sidecar log (%s):\n%s", s.sidecar.LogPath, controlplane.TailFile(s.sidecar.LogPath, 40))
-			t.Logf("driver log (%s):\n%s", s.driver.LogPath, controlplane.TailFile(s.driver.LogPath, 15))
-		}
-	})
+	s.sidecar.StopAtCleanup(t, s.driver)
 	if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
 		t.Fatal(err)
 	}

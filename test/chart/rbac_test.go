@@ -127,13 +127,7 @@ func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.B
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = s.sidecar.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", controlplane.TailFile(s.sidecar.LogPath, 60))
-			t.Logf("driver log:\n%s", controlplane.TailFile(s.driver.LogPath, 20))
-		}
-	})
+	s.sidecar.StopAtCleanup(t, s.driver)
 	return s
 }
 

@@ -84,13 +84,7 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = s.sidecar.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", controlplane.TailFile(s.sidecar.LogPath, 60))
-			t.Logf("driver log:\n%s", controlplane.TailFile(s.driver.LogPath, 20))
-		}
-	})
+	s.sidecar.StopAtCleanup(t, s.driver)
 	if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
 		t.Fatal(err)
 	}

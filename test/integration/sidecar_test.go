@@ -47,13 +47,7 @@ func (e *env) startStack(driverArgs ...string) *stack {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() {
-		_ = s.sidecar.Stop(10 * time.Second)
-		if e.t.Failed() {
-			e.t.Logf("sidecar log (%s):\n%s", s.sidecar.LogPath, controlplane.TailFile(s.sidecar.LogPath, 60))
-			e.t.Logf("driver log:\n%s", controlplane.TailFile(s.driver.LogPath, 20))
-		}
-	})
+	s.sidecar.StopAtCleanup(e.t, s.driver)
 	if err := s.sidecar.WaitLog(ctx, "Started provisioner controller"); err != nil {
 		e.t.Fatal(err)
 	}
