@@ -239,13 +239,7 @@ func (s *rbacStack) class() {
 	sc := testutil.NewSC(s.className, s.driver.Name).
 		Param("csi.storage.k8s.io/provisioner-secret-name", secretName).
 		Param("csi.storage.k8s.io/provisioner-secret-namespace", s.ns).Obj()
-	sc.ResourceVersion, sc.UID = "", ""
-	if _, err := c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() {
-		_ = c.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
-	})
+	testutil.CreateClass(s.t, c, sc)
 }
 
 // claim creates, as the admin, a 1Gi claim of the class; with volumeName,

@@ -95,18 +95,10 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 func (s *stack) class(name string, mod func(*storagev1.StorageClass)) *storagev1.StorageClass {
 	s.t.Helper()
 	sc := testutil.NewSC(s.className+"-"+name, s.driver.Name).Obj()
-	sc.ResourceVersion, sc.UID = "", ""
 	if mod != nil {
 		mod(sc)
 	}
-	created, err := s.c.StorageV1().StorageClasses().Create(s.t.Context(), sc, metav1.CreateOptions{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() {
-		_ = s.c.StorageV1().StorageClasses().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-	})
-	return created
+	return testutil.CreateClass(s.t, s.c, sc)
 }
 
 // claim creates a claim in the stack's namespace.

@@ -70,16 +70,7 @@ func (e *env) name(suffix string) string { return e.ns + "-" + suffix }
 // given) and deletes it when the test ends.
 func (e *env) createClass(b *testutil.SCBuilder) *storagev1.StorageClass {
 	e.t.Helper()
-	sc := b.Obj()
-	sc.ResourceVersion, sc.UID = "", ""
-	created, err := e.c.StorageV1().StorageClasses().Create(e.t.Context(), sc, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = e.c.StorageV1().StorageClasses().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-	})
-	return created
+	return testutil.CreateClass(e.t, e.c, b.Obj())
 }
 
 // createPV creates the volume built by b and removes it, finalizers and
