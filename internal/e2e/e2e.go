@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -184,6 +185,20 @@ func (d *Driver) ListVolumes(ctx context.Context) ([]*csi.Volume, error) {
 			return vols, nil
 		}
 	}
+}
+
+// VolumeIDs returns the sorted IDs of the driver's volumes.
+func (d *Driver) VolumeIDs(ctx context.Context) ([]string, error) {
+	vols, err := d.ListVolumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(vols))
+	for _, v := range vols {
+		ids = append(ids, v.GetVolumeId())
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 
 // CreateVolume creates a 1Gi mount volume named name in the driver, as an

@@ -263,15 +263,7 @@ func (s *stack) createStaticPV(name, handle string) {
 
 // driverVolumeIDs lists the driver's volume IDs.
 func (s *stack) driverVolumeIDs(ctx context.Context) ([]string, error) {
-	vols, err := s.driver.ListVolumes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, 0, len(vols))
-	for _, v := range vols {
-		ids = append(ids, v.GetVolumeId())
-	}
-	return ids, nil
+	return s.driver.VolumeIDs(ctx)
 }
 
 func lastLine(path string) string {

@@ -67,16 +67,7 @@ func (s *stack) createVolume(name string) string {
 
 // volumeIDs returns the sorted IDs of the driver's volumes.
 func (s *stack) volumeIDs(ctx context.Context) ([]string, error) {
-	vols, err := s.driver.ListVolumes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, 0, len(vols))
-	for _, v := range vols {
-		ids = append(ids, v.GetVolumeId())
-	}
-	slices.Sort(ids)
-	return ids, nil
+	return s.driver.VolumeIDs(ctx)
 }
 
 // waitVolumeIDs waits until the driver has exactly the volumes want.
