@@ -198,13 +198,7 @@ func TestConnectDiscoveryErrors(t *testing.T) {
 			d.expectProbe()
 			tc.expect(d)
 			c, err := csiclient.Connect(t.Context(), d.socket, testOptions()...)
-			if err == nil {
-				_ = c.Close()
-				t.Fatal("Connect succeeded, want an error")
-			}
-			if !strings.Contains(err.Error(), d.socket) {
-				t.Errorf("error %q does not name the socket %s", err, d.socket)
-			}
+			wantConnectError(t, c, err, d.socket)
 			if tc.wantCode != codes.OK {
 				if got := status.Code(err); got != tc.wantCode {
 					t.Errorf("status.Code(%v) = %v, want %v", err, got, tc.wantCode)
@@ -258,21 +252,12 @@ func TestConnectBoundsEachDiscoveryCall(t *testing.T) {
 			c, err := csiclient.Connect(t.Context(), d.socket, testOptions(csiclient.WithCallTimeout(time.Second))...)
 			elapsed := time.Since(start)
 			if !tc.wantErr {
-				if err != nil {
-					t.Fatalf("Connect: %v", err)
-				}
-				_ = c.Close()
+				wantConnected(t, c, err)
 				return
 			}
-			if err == nil {
-				_ = c.Close()
-				t.Fatal("Connect succeeded, want a timeout")
-			}
+			wantConnectError(t, c, err, d.socket)
 			if got := status.Code(err); got != codes.DeadlineExceeded {
 				t.Errorf("status.Code(%v) = %v, want %v", err, got, codes.DeadlineExceeded)
-			}
-			if !strings.Contains(err.Error(), d.socket) {
-				t.Errorf("error %q does not name the socket %s", err, d.socket)
 			}
 			if elapsed > callBound {
 				t.Errorf("Connect took %v with a 1s call timeout", elapsed)
@@ -350,19 +335,10 @@ func TestConnectWaitsForProbe(t *testing.T) {
 			c, err := csiclient.Connect(t.Context(), d.socket, testOptions(tc.opts...)...)
 			elapsed := time.Since(start)
 			if !tc.wantErr {
-				if err != nil {
-					t.Fatalf("Connect: %v", err)
-				}
-				_ = c.Close()
+				wantConnected(t, c, err)
 				return
 			}
-			if err == nil {
-				_ = c.Close()
-				t.Fatal("Connect succeeded, want an error")
-			}
-			if !strings.Contains(err.Error(), d.socket) {
-				t.Errorf("error %q does not name the socket %s", err, d.socket)
-			}
+			wantConnectError(t, c, err, d.socket)
 			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
 				t.Errorf("error %v is not %v", err, tc.wantIs)
 			}
@@ -459,13 +435,7 @@ func TestConnectNoListener(t *testing.T) {
 			start := time.Now()
 			c, err := csiclient.Connect(t.Context(), socket, testOptions(csiclient.WithConnectTimeout(300*time.Millisecond))...)
 			elapsed := time.Since(start)
-			if err == nil {
-				_ = c.Close()
-				t.Fatal("Connect succeeded without a driver")
-			}
-			if !strings.Contains(err.Error(), socket) {
-				t.Errorf("error %q does not name the socket %s", err, socket)
-			}
+			wantConnectError(t, c, err, socket)
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("error %v is not %v", err, context.DeadlineExceeded)
 			}
@@ -474,4 +444,26 @@ func TestConnectNoListener(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wantConnectError fails t unless Connect failed with an error that names
+// socket; a client it returned anyway is closed.
+func wantConnectError(t *testing.T, c *csiclient.Client, err error, socket string) {
+	t.Helper()
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Connect succeeded, want an error")
+	}
+	if !strings.Contains(err.Error(), socket) {
+		t.Errorf("error %q does not name the socket %s", err, socket)
+	}
+}
+
+// wantConnected fails t unless Connect succeeded, and closes the client.
+func wantConnected(t *testing.T, c *csiclient.Client, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	_ = c.Close()
 }
