@@ -321,17 +321,16 @@ func TestInflightFinalizer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			claim := tt.claim()
 			class := newClass().Obj()
-			o := objs(class)
-			if !tt.notInCache {
-				o = append(o, claim)
-			}
-			h := newHarness(t, baseCaps(), o)
+			h := newHarness(t, baseCaps(), objs(class, claim))
 			if tt.notInCache {
 				// The API server still has it; the informer no longer does.
-				if err := h.client.Tracker().Add(claim); err != nil {
+				// Removed from the indexer itself: adding the claim to the
+				// fake API server after the informer started would race
+				// with its watch delivering the claim.
+				indexer := h.factory.Core().V1().PersistentVolumeClaims().Informer().GetIndexer()
+				if err := indexer.Delete(claim); err != nil {
 					t.Fatal(err)
 				}
-				h.client.ClearActions()
 			}
 			if tt.answer != nil {
 				h.driver.createAnswers = []createAnswer{{err: tt.answer}}
