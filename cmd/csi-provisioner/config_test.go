@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	logsapi "k8s.io/component-base/logs/api/v1"
 )
 
 // TestUpstreamFlagDefaults checks that every upstream flag is accepted with
@@ -48,6 +50,13 @@ func TestUpstreamFlagDefaults(t *testing.T) {
 			t.Errorf("flag --%s is not accepted", name)
 		}
 	}
+	// Validate applies the logging configuration, which a process may do
+	// only once; reset it so the test can run again (go test -count).
+	t.Cleanup(func() {
+		if err := logsapi.ResetForTest(nil); err != nil {
+			t.Errorf("reset logging: %v", err)
+		}
+	})
 	if err := c.Validate(); err != nil {
 		t.Errorf("defaults do not validate: %v", err)
 	}
