@@ -204,6 +204,9 @@ func (b *bench) startProvisioner(ctx context.Context, bins e2e.Binaries, dir str
 		"--http-endpoint=" + b.endpoint,
 		"-v=1",
 	}
+	if b.o.CPUProfile != "" || b.o.HeapProfile != "" {
+		args = append(args, "--enable-pprof")
+	}
 	if b.o.QPS > 0 {
 		args = append(args, fmt.Sprintf("--kube-api-qps=%g", b.o.QPS))
 	}
