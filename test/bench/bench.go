@@ -226,7 +226,12 @@ func (b *bench) startProvisioner(ctx context.Context, bins e2e.Binaries, dir str
 		path = resolved
 	}
 	logf("starting %s %s", path, strings.Join(args, " "))
-	p, err := controlplane.StartProcess("provisioner", path, args, nil, filepath.Join(dir, "provisioner.log"))
+	var env []string
+	if b.o.SidecarEnv != "" {
+		env = append(os.Environ(), strings.Fields(b.o.SidecarEnv)...)
+		logf("with environment %s", b.o.SidecarEnv)
+	}
+	p, err := controlplane.StartProcess("provisioner", path, args, env, filepath.Join(dir, "provisioner.log"))
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ type options struct {
 	Binder         string
 	ProvisionerCmd string
 	SidecarArgs    string
+	SidecarEnv     string
 	QPS            float64
 	Burst          int
 	KCMQPS         float64
@@ -52,6 +53,7 @@ func main() {
 	flag.StringVar(&o.Binder, "binder", "ours", "who binds: ours (the sidecar's binder) or kcm (kube-controller-manager's persistentvolume-binder; the sidecar runs with --enable-binder=false)")
 	flag.StringVar(&o.ProvisionerCmd, "provisioner-cmd", "", "run this provisioner command instead of ours, with the same flags (for example an upstream external-provisioner binary)")
 	flag.StringVar(&o.SidecarArgs, "sidecar-args", "", "extra flags for the provisioner, space separated")
+	flag.StringVar(&o.SidecarEnv, "sidecar-env", "", "extra environment variables for the provisioner, space separated NAME=value (for example GOMEMLIMIT=100MiB)")
 	flag.Float64Var(&o.QPS, "qps", 0, "--kube-api-qps for the provisioner (0: its default)")
 	flag.IntVar(&o.Burst, "burst", 0, "--kube-api-burst for the provisioner (0: its default)")
 	flag.Float64Var(&o.KCMQPS, "kcm-qps", 1000, "kube-controller-manager --kube-api-qps: its protection controllers remove a finalizer from every deleted claim and volume, and its default (20) would cap deletion at the environment, not the provisioner")
@@ -70,6 +72,12 @@ func main() {
 	if o.Binder != "ours" && o.Binder != "kcm" {
 		fmt.Fprintln(os.Stderr, "bench: -binder must be ours or kcm")
 		os.Exit(2)
+	}
+	for _, kv := range strings.Fields(o.SidecarEnv) {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			fmt.Fprintf(os.Stderr, "bench: -sidecar-env: %q is not NAME=value\n", kv)
+			os.Exit(2)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
