@@ -64,6 +64,7 @@ func TestKustomize(t *testing.T) {
 	if e, ok := envValue(sc, "POD_NAMESPACE"); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
 		t.Errorf("POD_NAMESPACE = %+v", e)
 	}
+	checkMemoryLimitEnv(t, sc)
 	if !slices.Contains(drv.Args, "--drivername=hostpath.csi.kube-storage.io") || !slices.Contains(drv.Args, "--backend=dir") ||
 		mountPath(drv, "hostpath-data") != "/var/lib/csi-hostpath" {
 		t.Errorf("driver args %q, mounts %+v", drv.Args, drv.VolumeMounts)

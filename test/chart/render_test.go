@@ -104,6 +104,23 @@ func envValue(c corev1.Container, name string) (corev1.EnvVar, bool) {
 	return corev1.EnvVar{}, false
 }
 
+// checkMemoryLimitEnv checks that the sidecar's GOMEMLIMIT is taken from its
+// own container's memory limit, and set once.
+func checkMemoryLimitEnv(t *testing.T, sc corev1.Container) {
+	t.Helper()
+	n := 0
+	for _, e := range sc.Env {
+		if e.Name == "GOMEMLIMIT" {
+			n++
+		}
+	}
+	e, _ := envValue(sc, "GOMEMLIMIT")
+	if n != 1 || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+		e.ValueFrom.ResourceFieldRef.ContainerName != sc.Name || e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("GOMEMLIMIT set %d times, first %+v; want once, from the container's limits.memory", n, e)
+	}
+}
+
 func mountPath(c corev1.Container, volume string) string {
 	for _, m := range c.VolumeMounts {
 		if m.Name == volume {
@@ -315,6 +332,7 @@ func TestRenderDefaults(t *testing.T) {
 	if addr, _ := envValue(sc, "ADDRESS"); addr.Value != "/csi/csi.sock" {
 		t.Errorf("ADDRESS = %q", addr.Value)
 	}
+	checkMemoryLimitEnv(t, sc)
 	if sc.Resources.Requests.Memory().IsZero() || sc.Resources.Limits.Memory().IsZero() {
 		t.Errorf("sidecar resources = %+v, want memory requests and limits", sc.Resources)
 	}
@@ -441,8 +459,9 @@ func TestRenderAllOptions(t *testing.T) {
 	}
 	checkProbes(t, sc, 9808, true)
 	checkHardened(t, sc)
-	if e, _ := envValue(sc, "GOMEMLIMIT"); e.Value != "400MiB" {
-		t.Errorf("sidecar env = %+v", sc.Env)
+	// The value's GOMEMLIMIT replaces the chart's.
+	if e, _ := envValue(sc, "GOMEMLIMIT"); e.Value != "400MiB" || strings.Count(fmt.Sprint(sc.Env), "GOMEMLIMIT") != 1 {
+		t.Errorf("sidecar env = %+v, want GOMEMLIMIT=400MiB once", sc.Env)
 	}
 	if sc.Resources.Limits.Cpu().String() != "500m" || sc.Resources.Requests.Memory().String() != "128Mi" {
 		t.Errorf("sidecar resources = %+v", sc.Resources)

@@ -76,3 +76,11 @@ csi-provisioner.hasArg: "true" when the list .args has the flag .flag, as
 {{- define "csi-provisioner.hasArg" -}}
 {{- if regexMatch (printf "(^| )--?%s(=| |$)" (regexQuoteMeta .flag)) (join " " .args) -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+csi-provisioner.hasEnv: "true" when the list of EnvVar objects .env has one
+named .name; else "".
+*/}}
+{{- define "csi-provisioner.hasEnv" -}}
+{{- range .env }}{{ if eq .name $.name }}true{{ end }}{{ end -}}
+{{- end -}}
