@@ -147,14 +147,12 @@ func (w *Writer) shard(e *corev1.Event) int {
 
 // write makes wr, retrying while the API server cannot be reached.
 func (w *Writer) write(ctx context.Context, wr write) {
-	e := wr.event
-	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", e.Reason)
 	for try := 1; ; try++ {
-		if w.writeOnce(ctx, logger, wr) {
+		if w.writeOnce(ctx, wr) {
 			return
 		}
 		if try >= w.opts.MaxTries {
-			logger.Error(nil, "Giving up writing event", "tries", try)
+			eventLogger(ctx, wr.event).Error(nil, "Giving up writing event", "tries", try)
 			return
 		}
 		wait := w.opts.RetryInterval
@@ -171,22 +169,29 @@ func (w *Writer) write(ctx context.Context, wr write) {
 	}
 }
 
+// eventLogger returns the logger for a failed write of e. It is built only
+// when a write fails: most writes succeed, and the values cost allocations.
+func eventLogger(ctx context.Context, e *corev1.Event) klog.Logger {
+	return klog.FromContext(ctx).WithValues("object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", e.Reason)
+}
+
 // writeOnce patches a repeated event (creating it if the earlier copy is
 // gone) or creates a new one. It reports whether the write is done with:
-// made, or refused for a reason a retry would not change.
-func (w *Writer) writeOnce(ctx context.Context, logger klog.Logger, wr write) bool {
+// made, or refused for a reason a retry would not change. wr.event is the
+// Writer's own copy (see queued), so it is changed in place.
+func (w *Writer) writeOnce(ctx context.Context, wr write) bool {
 	var err error
 	if wr.patch != nil {
 		_, err = w.client.PatchWithEventNamespaceWithContext(ctx, wr.event, wr.patch)
 	}
 	if wr.patch == nil || apierrors.IsNotFound(err) {
-		e := wr.event.DeepCopy()
-		e.ResourceVersion = ""
-		_, err = w.client.CreateWithEventNamespaceWithContext(ctx, e)
+		wr.event.ResourceVersion = ""
+		_, err = w.client.CreateWithEventNamespaceWithContext(ctx, wr.event)
 	}
 	if err == nil {
 		return true
 	}
+	logger := eventLogger(ctx, wr.event)
 	var construction *restclient.RequestConstructionError
 	var status *apierrors.StatusError
 	switch {
