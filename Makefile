@@ -22,7 +22,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/ -e /internal/controlpla
 TEST_TIMEOUT ?= 25m
 # What the tests need: the control plane is required (never skipped), the
 # tools' paths, and the binaries `make build` just built.
-TEST_ENV = CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(BIN)
+TEST_ENV = CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 KUBE_CACHE_MUTATION_DETECTOR=true HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(BIN)
 
 .PHONY: help
 help: ## List the targets.

@@ -12,7 +12,6 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 	libmetrics "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller/metrics"
 
+	"github.com/kube-storage/csi-provisioner/internal/cachetrim"
 	"github.com/kube-storage/csi-provisioner/internal/events"
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
@@ -80,7 +80,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	driverName := caps.DriverName
 	health.add("csi-driver", func(ctx context.Context) error { return driver.Probe(ctx) })
 
-	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(trimObject))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(cachetrim.New().Transform))
 	broadcaster := newBroadcaster(ctx, client)
 	defer broadcaster.Shutdown()
 	recorder := newRecorder(broadcaster, "external-provisioner")
@@ -230,48 +230,6 @@ func newBroadcaster(ctx context.Context, client kubernetes.Interface) record.Eve
 // cause for the same object.
 func newRecorder(b record.EventBroadcaster, component string) record.EventRecorder {
 	return events.NewDeduplicator(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component}), 0)
-}
-
-// trimObject drops what the sidecar never reads from cached objects:
-// managedFields everywhere, and all of a Pod but the fields the binder uses.
-// It runs on every object before it enters the shared cache.
-func trimObject(obj any) (any, error) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		return trimPod(pod), nil
-	}
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-func trimPod(pod *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{}
-	out.Namespace, out.Name, out.UID = pod.Namespace, pod.Name, pod.UID
-	out.ResourceVersion, out.DeletionTimestamp = pod.ResourceVersion, pod.DeletionTimestamp
-	out.Spec.NodeName = pod.Spec.NodeName
-	out.Status.Phase = pod.Status.Phase
-	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
-			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{
-				Name: v.Name,
-				VolumeSource: corev1.VolumeSource{
-					PersistentVolumeClaim: v.PersistentVolumeClaim,
-					// The claim of a generic ephemeral volume is named after the
-					// pod and the volume; its template is not needed.
-					Ephemeral: trimEphemeral(v.Ephemeral),
-				},
-			})
-		}
-	}
-	return out
-}
-
-func trimEphemeral(e *corev1.EphemeralVolumeSource) *corev1.EphemeralVolumeSource {
-	if e == nil {
-		return nil
-	}
-	return &corev1.EphemeralVolumeSource{}
 }
 
 // runWithLeaderElection runs run while this process holds the Lease named

@@ -280,7 +280,7 @@ type SidecarConfig struct {
 func StartSidecar(bin string, cfg SidecarConfig) (*Sidecar, error) {
 	s := &Sidecar{bin: bin}
 	s.args = append([]string{"--kubeconfig=" + cfg.Kubeconfig, "--csi-address=" + cfg.Socket}, cfg.Args...)
-	p, err := controlplane.StartProcess("csi-provisioner", bin, s.args, []string{"PATH=" + os.Getenv("PATH")}, cfg.LogPath)
+	p, err := controlplane.StartProcess("csi-provisioner", bin, s.args, sidecarEnv(), cfg.LogPath)
 	if err != nil {
 		return nil, err
 	}
@@ -288,9 +288,23 @@ func StartSidecar(bin string, cfg SidecarConfig) (*Sidecar, error) {
 	return s, nil
 }
 
+// MutationDetectorEnv is client-go's switch for its cache mutation
+// detector: a process that has it on panics, printing "ALTERED!", when an
+// object in its informer cache changes. `make test` turns it on; the
+// sidecars started here inherit it.
+const MutationDetectorEnv = "KUBE_CACHE_MUTATION_DETECTOR"
+
+func sidecarEnv() []string {
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	if v, ok := os.LookupEnv(MutationDetectorEnv); ok {
+		env = append(env, MutationDetectorEnv+"="+v)
+	}
+	return env
+}
+
 // Restart starts the sidecar again with the same flags after it stopped.
 func (s *Sidecar) Restart() error {
-	p, err := controlplane.StartProcess("csi-provisioner", s.bin, s.args, []string{"PATH=" + os.Getenv("PATH")}, s.LogPath)
+	p, err := controlplane.StartProcess("csi-provisioner", s.bin, s.args, sidecarEnv(), s.LogPath)
 	if err != nil {
 		return err
 	}

@@ -1,18 +1,24 @@
 package e2e
 
 import (
+	"bytes"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 )
 
-// StopAtCleanup stops the sidecar when t ends and, if t failed, logs the
-// last lines of its log and of the driver's. Register it after the driver's
-// own cleanup, so that the sidecar stops first.
+// StopAtCleanup stops the sidecar when t ends, fails t if client-go's cache
+// mutation detector caught the sidecar changing a cached object, and, if t
+// failed, logs the last lines of its log and of the driver's. Register it
+// after the driver's own cleanup, so that the sidecar stops first.
 func (s *Sidecar) StopAtCleanup(t testing.TB, d *Driver) {
 	t.Cleanup(func() {
 		_ = s.Stop(10 * time.Second)
+		if b, err := os.ReadFile(s.LogPath); err == nil && bytes.Contains(b, []byte("ALTERED!")) {
+			t.Errorf("the sidecar changed an object in its informer cache (%s); see %s", MutationDetectorEnv, s.LogPath)
+		}
 		if t.Failed() {
 			t.Logf("sidecar log (%s):\n%s", s.LogPath, controlplane.TailFile(s.LogPath, 60))
 			t.Logf("driver log (%s):\n%s", d.LogPath, controlplane.TailFile(d.LogPath, 20))

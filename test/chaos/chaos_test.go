@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -152,6 +153,14 @@ func TestChaos(t *testing.T) {
 		for _, r := range s.replicas {
 			if r.sc != nil {
 				_ = r.sc.Stop(5 * time.Second)
+			}
+		}
+		// Every process of every replica ran with client-go's cache
+		// mutation detector when `make test` turned it on.
+		logs, _ := filepath.Glob(filepath.Join(s.dir, "sidecar-*.log"))
+		for _, l := range logs {
+			if b, err := os.ReadFile(l); err == nil && bytes.Contains(b, []byte("ALTERED!")) {
+				t.Errorf("a sidecar changed an object in its informer cache; see %s", l)
 			}
 		}
 	})

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 
+	"github.com/kube-storage/csi-provisioner/internal/cachetrim"
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
@@ -326,7 +327,10 @@ func (e *env) startBinder(cfg binderConfig) *runningBinder {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, cfg.factoryOpts...)
+	// The sidecar's transform, so that the binder is tested on the shared,
+	// trimmed objects it sees in production.
+	factoryOpts := append([]informers.SharedInformerOption{informers.WithTransform(cachetrim.New().Transform)}, cfg.factoryOpts...)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, factoryOpts...)
 	clk := &resyncClock{period: time.Second}
 	opts := append([]binder.Option{binder.WithResyncPeriod(clk.period), binder.WithWorkers(2), binder.WithClock(clk)}, cfg.opts...)
 	b, err := binder.New(client, e.driver, factory, opts...)
