@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-storage/csi-provisioner/internal/events"
+	"github.com/kube-storage/csi-provisioner/internal/volindex"
 )
 
 // Binder binds the claims and volumes of one CSI driver and moves released
@@ -113,11 +114,11 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 	b.pvLister, b.pvcLister, b.scLister = pvs.Lister(), pvcs.Lister(), scs.Lister()
 	b.podIndexer = pods.Informer().GetIndexer()
 
-	if err := b.pvInformer.AddIndexers(cache.Indexers{
-		indexUnboundByClass: b.indexUnboundVolumeByClass,
-		indexVolumeByClaim:  b.indexVolumeByClaim,
-	}); err != nil {
+	if err := b.pvInformer.AddIndexers(cache.Indexers{indexUnboundByClass: b.indexUnboundVolumeByClass}); err != nil {
 		return nil, fmt.Errorf("new binder: add volume indexers: %w", err)
+	}
+	if err := volindex.Add(b.pvInformer); err != nil {
+		return nil, fmt.Errorf("new binder: %w", err)
 	}
 	if err := b.pvcInformer.AddIndexers(cache.Indexers{
 		indexPendingByClass: indexPendingClaimByClass,

@@ -7,6 +7,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-helpers/storage/ephemeral"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+
+	"github.com/kube-storage/csi-provisioner/internal/volindex"
 )
 
 // Indexer names; prefixed because the informers are shared.
@@ -14,9 +16,6 @@ const (
 	// indexUnboundByClass maps in-scope volumes without claimRef to their
 	// class: the candidates for static binding.
 	indexUnboundByClass = "csi-provisioner-binder/unbound-volume-by-class"
-	// indexVolumeByClaim maps in-scope volumes with a claimRef to
-	// "namespace/name" of that claim.
-	indexVolumeByClaim = "csi-provisioner-binder/volume-by-claim"
 	// indexPendingByClass maps claims that have neither bind-completed nor
 	// spec.volumeName to their class: the claims a new Available volume may
 	// satisfy.
@@ -36,14 +35,6 @@ func (b *Binder) indexUnboundVolumeByClass(obj interface{}) ([]string, error) {
 		return nil, nil
 	}
 	return []string{storagehelpers.GetPersistentVolumeClass(pv)}, nil
-}
-
-func (b *Binder) indexVolumeByClaim(obj interface{}) ([]string, error) {
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Spec.ClaimRef == nil || !b.volumeInScope(pv) {
-		return nil, nil
-	}
-	return []string{claimRefKey(pv.Spec.ClaimRef)}, nil
 }
 
 func indexPendingClaimByClass(obj interface{}) ([]string, error) {
@@ -221,12 +212,8 @@ func (b *Binder) queuePendingClaims(class string) {
 }
 
 func (b *Binder) queueVolumesReferencing(claimKey string) {
-	objs, err := b.pvInformer.GetIndexer().ByIndex(indexVolumeByClaim, claimKey)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		if pv, ok := o.(*corev1.PersistentVolume); ok {
+	for _, pv := range volindex.Volumes(b.pvInformer, claimKey) {
+		if b.volumeInScope(pv) {
 			b.volumeQueue.Add(pv.Name)
 		}
 	}
@@ -238,9 +225,9 @@ func podTerminated(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil
 }
 
-func claimKey(c *corev1.PersistentVolumeClaim) string { return c.Namespace + "/" + c.Name }
+func claimKey(c *corev1.PersistentVolumeClaim) string { return volindex.Key(c.Namespace, c.Name) }
 
-func claimRefKey(ref *corev1.ObjectReference) string { return ref.Namespace + "/" + ref.Name }
+func claimRefKey(ref *corev1.ObjectReference) string { return volindex.Key(ref.Namespace, ref.Name) }
 
 func sameClaimRef(a, b *corev1.ObjectReference) bool {
 	if a == nil || b == nil {

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+
+	"github.com/kube-storage/csi-provisioner/internal/volindex"
 )
 
 // Scope. The binder writes only objects in its scope:
@@ -75,10 +77,8 @@ func (b *Binder) getVolume(name string) *corev1.PersistentVolume {
 func (b *Binder) volumesReferencing(claim *corev1.PersistentVolumeClaim) []*corev1.PersistentVolume {
 	key := claimKey(claim)
 	names := map[string]bool{}
-	if objs, err := b.pvInformer.GetIndexer().ByIndex(indexVolumeByClaim, key); err == nil {
-		for _, o := range objs {
-			names[o.(*corev1.PersistentVolume).Name] = true
-		}
+	for _, pv := range volindex.Volumes(b.pvInformer, key) {
+		names[pv.Name] = true
 	}
 	for _, pv := range b.pvs.snapshot() {
 		if pv.Spec.ClaimRef != nil && claimRefKey(pv.Spec.ClaimRef) == key {

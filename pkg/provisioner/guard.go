@@ -13,6 +13,7 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 
+	"github.com/kube-storage/csi-provisioner/internal/volindex"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
@@ -166,13 +167,8 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 // provisionedVolume returns the PV that records the volume provisioned for
 // claim, nil if there is none in the informer.
 func (p *Provisioner) provisionedVolume(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
-	objs, err := p.volumeInf.GetIndexer().ByIndex(indexVolumeByClaimUID, string(claim.UID))
-	if err != nil {
-		return nil
-	}
-	for _, obj := range objs {
-		pv, ok := obj.(*corev1.PersistentVolume)
-		if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+	for _, pv := range volindex.Volumes(p.volumeInf, volindex.Key(claim.Namespace, claim.Name)) {
+		if pv.Spec.ClaimRef.UID != claim.UID || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
 			continue
 		}
 		if pv.Name == p.VolumeName(claim) || pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == p.name {

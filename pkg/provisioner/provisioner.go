@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/events"
+	"github.com/kube-storage/csi-provisioner/internal/volindex"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
@@ -33,7 +34,6 @@ const (
 
 // Names of the indexers the provisioner adds to the shared informers.
 const (
-	indexVolumeByClaimUID   = "csi-provisioner.provisioner/claim-uid"
 	indexAttachmentByVolume = "csi-provisioner.provisioner/volume-name"
 )
 
@@ -130,8 +130,8 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
-	if err := p.volumeInf.AddIndexers(cache.Indexers{indexVolumeByClaimUID: volumeByClaimUID}); err != nil {
-		return nil, fmt.Errorf("new provisioner: add volume indexer: %w", err)
+	if err := volindex.Add(p.volumeInf); err != nil {
+		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
 	if caps.VolumeAccessibility {
 		nodes, csiNodes := factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
@@ -251,14 +251,6 @@ func selectedNode(claim *corev1.PersistentVolumeClaim) (string, bool) {
 	}
 	n, ok := claim.Annotations[annAlphaSelectedNode]
 	return n, ok
-}
-
-func volumeByClaimUID(obj interface{}) ([]string, error) {
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID == "" {
-		return nil, nil
-	}
-	return []string{string(pv.Spec.ClaimRef.UID)}, nil
 }
 
 func attachmentByVolume(obj interface{}) ([]string, error) {
