@@ -52,7 +52,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes event client: %w", err)
 	}
-	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{})
+	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{Supersedes: supersededEvents})
 	go writer.Run(ctx)
 	client := newEventSplitClient(main, eventClient, writer)
 

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,13 @@ type WriterOptions struct {
 	// MaxTries is the number of attempts per event; default 12, as
 	// client-go.
 	MaxTries int
+	// Supersedes maps an event reason to an earlier reason of the same
+	// object that it makes redundant: when an event with the key's reason
+	// is queued while one with the value's reason for the same object is
+	// still waiting to be written, the waiting one is not written. Events
+	// already written, or being written, are never affected, so with the
+	// API server keeping up every event is written.
+	Supersedes map[string]string
 }
 
 // Writer writes events to the API server from several workers.
@@ -47,12 +55,30 @@ type Writer struct {
 	opts   WriterOptions
 	queues []chan write
 	wg     sync.WaitGroup
+
+	// waiting holds the queued writes that a later event may supersede
+	// (see WriterOptions.Supersedes), by object and reason.
+	mu      sync.Mutex
+	waiting map[waitKey]*atomic.Bool
 }
 
 // write is one queued event write: a create, or a patch of a repeated event.
 type write struct {
 	event *corev1.Event
 	patch []byte // nil for a create
+	// superseded is set for a write a later event may supersede; true
+	// means: do not write.
+	superseded *atomic.Bool
+}
+
+type waitKey struct {
+	object corev1.ObjectReference
+	reason string
+}
+
+func keyOf(e *corev1.Event, reason string) waitKey {
+	o := e.InvolvedObject
+	return waitKey{object: corev1.ObjectReference{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID}, reason: reason}
 }
 
 // NewWriter returns a Writer that writes with client (its namespace does not
@@ -70,7 +96,7 @@ func NewWriter(client typedcorev1.EventInterface, opts WriterOptions) *Writer {
 	if opts.MaxTries <= 0 {
 		opts.MaxTries = 12
 	}
-	w := &Writer{client: client, opts: opts, queues: make([]chan write, opts.Workers)}
+	w := &Writer{client: client, opts: opts, queues: make([]chan write, opts.Workers), waiting: map[waitKey]*atomic.Bool{}}
 	for i := range w.queues {
 		w.queues[i] = make(chan write, opts.QueueLength)
 	}
@@ -110,9 +136,11 @@ func (q queued) PatchWithEventNamespaceWithContext(_ context.Context, e *corev1.
 
 // enqueue never blocks: a write that does not fit is dropped and logged.
 func (w *Writer) enqueue(wr write) {
+	w.supersede(&wr)
 	select {
 	case w.queues[w.shard(wr.event)] <- wr:
 	default:
+		w.done(wr)
 		e := wr.event
 		klog.Background().Error(errors.New("event queue full"), "Dropping event",
 			"object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "kind", e.InvolvedObject.Kind,
@@ -130,12 +158,55 @@ func (w *Writer) Run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case wr := <-q:
-					w.write(ctx, wr)
+					if w.done(wr) {
+						w.write(ctx, wr)
+					}
 				}
 			}
 		})
 	}
 	w.wg.Wait()
+}
+
+// supersede marks the waiting write wr's event makes redundant, and makes
+// wr one a later event may supersede if its reason is superseded by any.
+func (w *Writer) supersede(wr *write) {
+	if len(w.opts.Supersedes) == 0 {
+		return
+	}
+	e := wr.event
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if earlier, ok := w.opts.Supersedes[e.Reason]; ok {
+		k := keyOf(e, earlier)
+		if flag := w.waiting[k]; flag != nil {
+			flag.Store(true)
+			delete(w.waiting, k)
+			klog.Background().V(5).Info("Event superseded before it was written", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", earlier, "by", e.Reason)
+		}
+	}
+	for _, earlier := range w.opts.Supersedes {
+		if earlier == e.Reason {
+			wr.superseded = &atomic.Bool{}
+			w.waiting[keyOf(e, e.Reason)] = wr.superseded
+			return
+		}
+	}
+}
+
+// done takes wr off the waiting writes and reports whether it is still to
+// be written.
+func (w *Writer) done(wr write) bool {
+	if wr.superseded == nil {
+		return true
+	}
+	w.mu.Lock()
+	k := keyOf(wr.event, wr.event.Reason)
+	if w.waiting[k] == wr.superseded {
+		delete(w.waiting, k)
+	}
+	w.mu.Unlock()
+	return !wr.superseded.Load()
 }
 
 func (w *Writer) shard(e *corev1.Event) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -240,5 +241,83 @@ func TestWriterQueueFull(t *testing.T) {
 	}
 	if want := []string{"claim-0 Provisioning", "claim-1 Provisioning", "claim-0 Sentinel"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("written %q, want %q", got, want)
+	}
+}
+
+// TestWriterSupersedes: an event queued while an event it supersedes for
+// the same object still waits makes the waiting one unwritten; events of
+// other objects, and events already written, are not affected.
+func TestWriterSupersedes(t *testing.T) {
+	ev := func(claim, reason string) *corev1.Event {
+		c := pvc(claim)
+		return &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: "ns", Name: claim + "." + reason},
+			InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: c.Namespace, Name: c.Name, UID: c.UID},
+			Reason:         reason,
+		}
+	}
+	opts := WriterOptions{Workers: 2, Supersedes: map[string]string{"ProvisioningSucceeded": "Provisioning"}}
+	for _, tc := range []struct {
+		name string
+		// queued are created while the Writer is not running yet; written
+		// are then created one at a time, each after the one before is
+		// written.
+		queued, written [][2]string
+		want            []string
+	}{
+		{
+			name:   "waiting event superseded",
+			queued: [][2]string{{"a", "Provisioning"}, {"b", "Provisioning"}, {"a", "ProvisioningSucceeded"}},
+			want:   []string{"a/ProvisioningSucceeded", "b/Provisioning"},
+		},
+		{
+			name:   "a failure does not supersede",
+			queued: [][2]string{{"a", "Provisioning"}, {"a", "ProvisioningFailed"}},
+			want:   []string{"a/Provisioning", "a/ProvisioningFailed"},
+		},
+		{
+			name:    "written events stay",
+			written: [][2]string{{"a", "Provisioning"}, {"a", "ProvisioningSucceeded"}},
+			want:    []string{"a/Provisioning", "a/ProvisioningSucceeded"},
+		},
+		{
+			name:   "superseded only once",
+			queued: [][2]string{{"a", "Provisioning"}, {"a", "ProvisioningSucceeded"}, {"a", "ProvisioningSucceeded"}},
+			want:   []string{"a/ProvisioningSucceeded", "a/ProvisioningSucceeded"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &apiEvents{}
+			w := NewWriter(api, opts)
+			sink := w.Wrap(api)
+			for _, q := range tc.queued {
+				_, _ = sink.CreateWithEventNamespace(ev(q[0], q[1]))
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { w.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			n := len(tc.want) - len(tc.written)
+			waitFor(t, "the queued events", func() bool { _, created, _ := api.counts(); return created >= n })
+			for _, q := range tc.written {
+				_, _ = sink.CreateWithEventNamespace(ev(q[0], q[1]))
+				n++
+				waitFor(t, q[1], func() bool { _, created, _ := api.counts(); return created >= n })
+			}
+
+			api.mu.Lock()
+			var got []string
+			for _, e := range api.created {
+				got = append(got, e.InvolvedObject.Name+"/"+e.Reason)
+			}
+			api.mu.Unlock()
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("written %v, want %v", got, tc.want)
+			}
+			if len(w.waiting) != 0 {
+				t.Errorf("%d writes still recorded as waiting", len(w.waiting))
+			}
+		})
 	}
 }
