@@ -291,7 +291,7 @@ func TestWriterSupersedes(t *testing.T) {
 			w := NewWriter(api, opts)
 			sink := w.Wrap(api)
 			for _, q := range tc.queued {
-				_, _ = sink.CreateWithEventNamespace(ev(q[0], q[1]))
+				_, _ = sink.CreateWithEventNamespaceWithContext(t.Context(), ev(q[0], q[1]))
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan struct{})
@@ -300,7 +300,7 @@ func TestWriterSupersedes(t *testing.T) {
 			n := len(tc.want) - len(tc.written)
 			waitFor(t, "the queued events", func() bool { _, created, _ := api.counts(); return created >= n })
 			for _, q := range tc.written {
-				_, _ = sink.CreateWithEventNamespace(ev(q[0], q[1]))
+				_, _ = sink.CreateWithEventNamespaceWithContext(t.Context(), ev(q[0], q[1]))
 				n++
 				waitFor(t, q[1], func() bool { _, created, _ := api.counts(); return created >= n })
 			}
