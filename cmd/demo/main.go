@@ -177,6 +177,7 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 		return fmt.Errorf("the driver still has %d volumes", len(vols))
 	}
 	fmt.Fprintln(out)
+	fmt.Fprintln(out, "      Events about the PV (a release and a deletion that succeed record none):")
 	printEvents(ctx, out, c, "", pv.Name)
 
 	s.step("Stopping the sidecar, the driver and the control plane")

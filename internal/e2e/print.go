@@ -54,6 +54,10 @@ func PrintPVs(w io.Writer, now time.Time, volumes ...*corev1.PersistentVolume) {
 
 // PrintEvents writes events oldest first as `kubectl get events` does.
 func PrintEvents(w io.Writer, now time.Time, events []corev1.Event) {
+	if len(events) == 0 {
+		fmt.Fprintln(w, "(no events)")
+		return
+	}
 	sort.SliceStable(events, func(i, j int) bool { return eventTime(events[i]).Before(eventTime(events[j])) })
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(tw, "LAST SEEN\tTYPE\tREASON\tOBJECT\tSOURCE\tMESSAGE")
