@@ -21,6 +21,8 @@ package cachetrim
 
 import (
 	"encoding/binary"
+	"iter"
+	"maps"
 	"slices"
 	"sync"
 	"unique"
@@ -43,8 +45,11 @@ const (
 // shrinks claims, volumes and pods. It is safe for concurrent use; create
 // one per informer factory with [New].
 type Trimmer struct {
-	mu          sync.Mutex
+	mu sync.Mutex
+	// key and names are scratch buffers for the encoding of one value,
+	// reused under mu so that trimming allocates only what it keeps.
 	key         []byte
+	names       []string
 	stringMaps  table[map[string]string]
 	stringLists table[[]string]
 	resources   table[corev1.ResourceList]
@@ -164,13 +169,9 @@ func (t *Trimmer) stringMap(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	t.names = sortedNames(t.names, maps.Keys(m))
 	t.key = t.key[:0]
-	for _, k := range keys {
+	for _, k := range t.names {
 		t.key = appendField(t.key, k)
 		t.key = appendField(t.key, m[k])
 	}
@@ -205,13 +206,9 @@ func (t *Trimmer) resourceList(l corev1.ResourceList) corev1.ResourceList {
 	if len(l) == 0 {
 		return l
 	}
-	names := make([]string, 0, len(l))
-	for n := range l {
-		names = append(names, string(n))
-	}
-	slices.Sort(names)
+	t.names = sortedNames(t.names, maps.Keys(l))
 	t.key = t.key[:0]
-	for _, n := range names {
+	for _, n := range t.names {
 		// A decoded quantity is canonical, so equal strings encode equally.
 		q := l[corev1.ResourceName(n)]
 		t.key = appendField(t.key, n)
@@ -226,6 +223,16 @@ func (t *Trimmer) className(p *string) *string {
 	}
 	t.key = appendField(t.key[:0], *p)
 	return t.classNames.share(t.key, p)
+}
+
+// sortedNames returns keys sorted, reusing buf.
+func sortedNames[K ~string](buf []string, keys iter.Seq[K]) []string {
+	buf = buf[:0]
+	for k := range keys {
+		buf = append(buf, string(k))
+	}
+	slices.Sort(buf)
+	return buf
 }
 
 // appendField appends s with its length in front, so that no two different

@@ -16,32 +16,34 @@ import (
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
-// fresh returns a claim as the API client hands it to the informer: decoded
+// protoObject is an API object pointer with its generated protobuf methods.
+type protoObject[T any] interface {
+	*T
+	Marshal() ([]byte, error)
+	Unmarshal([]byte) error
+}
+
+// decoded returns obj as the API client hands it to the informer: decoded
 // from protobuf, so that it owns all its maps, slices and strings.
-func fresh(t testing.TB, c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+func decoded[T any, P protoObject[T]](t testing.TB, obj P) P {
 	t.Helper()
-	b, err := c.Marshal()
+	b, err := obj.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &corev1.PersistentVolumeClaim{}
+	out := P(new(T))
 	if err := out.Unmarshal(b); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
+func fresh(t testing.TB, c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	return decoded(t, c)
+}
+
 func freshPV(t testing.TB, v *corev1.PersistentVolume) *corev1.PersistentVolume {
-	t.Helper()
-	b, err := v.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &corev1.PersistentVolume{}
-	if err := out.Unmarshal(b); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return decoded(t, v)
 }
 
 func boundClaim(name string) *testutil.PVCBuilder {
