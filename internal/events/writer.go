@@ -56,10 +56,12 @@ type Writer struct {
 	queues []chan write
 	wg     sync.WaitGroup
 
-	// waiting holds the queued writes that a later event may supersede
-	// (see WriterOptions.Supersedes), by object and reason.
-	mu      sync.Mutex
-	waiting map[waitKey]*atomic.Bool
+	// supersedable holds the reasons that opts.Supersedes names as
+	// superseded; waiting holds the queued writes of such events, by object
+	// and reason.
+	supersedable map[string]bool
+	mu           sync.Mutex
+	waiting      map[waitKey]*atomic.Bool
 }
 
 // write is one queued event write: a create, or a patch of a repeated event.
@@ -96,7 +98,11 @@ func NewWriter(client typedcorev1.EventInterface, opts WriterOptions) *Writer {
 	if opts.MaxTries <= 0 {
 		opts.MaxTries = 12
 	}
-	w := &Writer{client: client, opts: opts, queues: make([]chan write, opts.Workers), waiting: map[waitKey]*atomic.Bool{}}
+	w := &Writer{client: client, opts: opts, queues: make([]chan write, opts.Workers),
+		supersedable: map[string]bool{}, waiting: map[waitKey]*atomic.Bool{}}
+	for _, earlier := range opts.Supersedes {
+		w.supersedable[earlier] = true
+	}
 	for i := range w.queues {
 		w.queues[i] = make(chan write, opts.QueueLength)
 	}
@@ -171,13 +177,14 @@ func (w *Writer) Run(ctx context.Context) {
 // supersede marks the waiting write wr's event makes redundant, and makes
 // wr one a later event may supersede if its reason is superseded by any.
 func (w *Writer) supersede(wr *write) {
-	if len(w.opts.Supersedes) == 0 {
+	e := wr.event
+	earlier, supersedes := w.opts.Supersedes[e.Reason]
+	if !supersedes && !w.supersedable[e.Reason] {
 		return
 	}
-	e := wr.event
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if earlier, ok := w.opts.Supersedes[e.Reason]; ok {
+	if supersedes {
 		k := keyOf(e, earlier)
 		if flag := w.waiting[k]; flag != nil {
 			flag.Store(true)
@@ -185,12 +192,9 @@ func (w *Writer) supersede(wr *write) {
 			klog.Background().V(5).Info("Event superseded before it was written", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", earlier, "by", e.Reason)
 		}
 	}
-	for _, earlier := range w.opts.Supersedes {
-		if earlier == e.Reason {
-			wr.superseded = &atomic.Bool{}
-			w.waiting[keyOf(e, e.Reason)] = wr.superseded
-			return
-		}
+	if w.supersedable[e.Reason] {
+		wr.superseded = &atomic.Bool{}
+		w.waiting[keyOf(e, e.Reason)] = wr.superseded
 	}
 }
 

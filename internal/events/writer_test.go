@@ -48,22 +48,22 @@ func (a *apiEvents) call(e *corev1.Event) error {
 }
 
 func (a *apiEvents) CreateWithEventNamespaceWithContext(_ context.Context, e *corev1.Event) (*corev1.Event, error) {
-	if err := a.call(e); err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.created = append(a.created, e.DeepCopy())
-	return e, nil
+	return a.record(&a.created, e)
 }
 
 func (a *apiEvents) PatchWithEventNamespaceWithContext(_ context.Context, e *corev1.Event, _ []byte) (*corev1.Event, error) {
+	return a.record(&a.patched, e)
+}
+
+// record makes a write of e: it fails as a.fail decides, else appends a
+// copy of e to *made.
+func (a *apiEvents) record(made *[]*corev1.Event, e *corev1.Event) (*corev1.Event, error) {
 	if err := a.call(e); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.patched = append(a.patched, e.DeepCopy())
+	*made = append(*made, e.DeepCopy())
 	return e, nil
 }
 
