@@ -55,6 +55,7 @@ type Trimmer struct {
 	resources   table[corev1.ResourceList]
 	modes       table[[]corev1.PersistentVolumeAccessMode]
 	classNames  table[*string]
+	texts       table[string]
 }
 
 // New returns a Trimmer with empty tables.
@@ -65,6 +66,7 @@ func New() *Trimmer {
 		resources:   newTable[corev1.ResourceList](),
 		modes:       newTable[[]corev1.PersistentVolumeAccessMode](),
 		classNames:  newTable[*string](),
+		texts:       newTable[string](),
 	}
 }
 
@@ -116,6 +118,14 @@ func (t *Trimmer) claim(c *corev1.PersistentVolumeClaim) {
 	st.AccessModes = t.accessModes(st.AccessModes)
 	st.Capacity = t.resourceList(st.Capacity)
 	st.AllocatedResources = t.resourceList(st.AllocatedResources)
+	// Kube-controller-manager (1.37) keeps an Unused condition on every
+	// bound claim, with the same reason and message on all of them.
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		c.Type = corev1.PersistentVolumeClaimConditionType(str(string(c.Type)))
+		c.Status = corev1.ConditionStatus(str(string(c.Status)))
+		c.Reason, c.Message = t.text(c.Reason), t.text(c.Message)
+	}
 }
 
 func (t *Trimmer) volume(v *corev1.PersistentVolume) {
@@ -223,6 +233,17 @@ func (t *Trimmer) className(p *string) *string {
 	}
 	t.key = appendField(t.key[:0], *p)
 	return t.classNames.share(t.key, p)
+}
+
+// text shares a free-form string, such as a condition's reason or message,
+// through a bounded table: unlike [str], a controller may make each one
+// different.
+func (t *Trimmer) text(s string) string {
+	if s == "" {
+		return s
+	}
+	t.key = appendField(t.key[:0], s)
+	return t.texts.share(t.key, s)
 }
 
 // sortedNames returns keys sorted, reusing buf.

@@ -2,16 +2,20 @@ package cachetrim
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
@@ -64,6 +68,30 @@ func boundVolume(name string) *corev1.PersistentVolume {
 	return v
 }
 
+// realPair returns copy i of the bound claim and volume in testdata, real
+// objects of kube-apiserver v1.37.2 (managedFields included), with names and
+// UIDs of their own, decoded from protobuf.
+func realPair(t testing.TB, i int) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	t.Helper()
+	var c corev1.PersistentVolumeClaim
+	var v corev1.PersistentVolume
+	for file, obj := range map[string]any{"testdata/bound-claim.yaml": &c, "testdata/bound-volume.yaml": &v} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(data, obj); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	uid := types.UID(fmt.Sprintf("b0c5b392-10f8-4842-9340-%012d", i))
+	c.Name, c.UID, c.Spec.VolumeName = fmt.Sprintf("claim-%05d", i), uid, "pvc-"+string(uid)
+	v.Name, v.UID = c.Spec.VolumeName, types.UID(fmt.Sprintf("80200f4d-fc24-4683-acf8-%012d", i))
+	v.Spec.ClaimRef.Name, v.Spec.ClaimRef.UID = c.Name, uid
+	v.Spec.CSI.VolumeHandle = fmt.Sprintf("vol-%016x", i)
+	return decoded(t, &c), decoded(t, &v)
+}
+
 // same reports whether a and b are the same map or the same slice array.
 func same(a, b any) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
@@ -96,6 +124,15 @@ func TestTransformKeepsContent(t *testing.T) {
 		if !equality.Semantic.DeepEqual(got, freshPV(t, v)) {
 			t.Errorf("volume %s changed:\n got %+v\nwant %+v", name, got, v)
 		}
+	}
+	c, v := realPair(t, 0)
+	wantC, wantV := c.DeepCopy(), v.DeepCopy()
+	wantC.ManagedFields, wantV.ManagedFields = nil, nil
+	if got, _ := tr.Transform(c); !equality.Semantic.DeepEqual(got, wantC) {
+		t.Errorf("real claim changed:\n got %+v\nwant %+v", got, wantC)
+	}
+	if got, _ := tr.Transform(v); !equality.Semantic.DeepEqual(got, wantV) {
+		t.Errorf("real volume changed:\n got %+v\nwant %+v", got, wantV)
 	}
 	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "helm"}}}}
 	if got, _ := tr.Transform(class); got.(*storagev1.StorageClass).ManagedFields != nil {
@@ -136,7 +173,18 @@ func TestTransformShares(t *testing.T) {
 	if !same(pa.Spec.Capacity, pb.Spec.Capacity) || !same(pa.Spec.CSI.VolumeAttributes, pb.Spec.CSI.VolumeAttributes) || !same(pa.Annotations, pb.Annotations) {
 		t.Errorf("volumes with equal capacity, attributes and annotations do not share them")
 	}
+
+	ra, _ := realPair(t, 1)
+	rb, _ := realPair(t, 2)
+	tr.Transform(ra)
+	tr.Transform(rb)
+	ca, cb := ra.Status.Conditions[0], rb.Status.Conditions[0]
+	if !sameString(ca.Message, cb.Message) || !sameString(ca.Reason, cb.Reason) || !sameString(string(ca.Type), string(cb.Type)) {
+		t.Errorf("the Unused conditions of two claims do not share their strings")
+	}
 }
+
+func sameString(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
 
 // TestCopiesOwnTheirMemory is the contract writers rely on: a DeepCopy of a
 // trimmed object may be changed without touching any other object, and an
@@ -241,10 +289,23 @@ func TestTrimPod(t *testing.T) {
 }
 
 // BenchmarkRetained reports the heap that 10,000 bound claims and their
-// volumes keep, decoded as the informer receives them, with and without
-// the Trimmer.
+// volumes keep (copies of the real pair in testdata), decoded as the
+// informer receives them, with and without the Trimmer.
 func BenchmarkRetained(b *testing.B) {
 	const n = 10000
+	var enc [][]byte
+	for i := range n {
+		c, v := realPair(b, i)
+		cb, err := c.Marshal()
+		if err != nil {
+			b.Fatal(err)
+		}
+		vb, err := v.Marshal()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc = append(enc, cb, vb)
+	}
 	for _, trim := range []bool{false, true} {
 		b.Run(fmt.Sprintf("trim=%v", trim), func(b *testing.B) {
 			for b.Loop() {
@@ -252,8 +313,14 @@ func BenchmarkRetained(b *testing.B) {
 				keep := make([]any, 0, 2*n)
 				before := heapInUse()
 				for i := range n {
-					name := fmt.Sprintf("claim-%05d", i)
-					var c, v any = fresh(b, boundClaim(name).Obj()), freshPV(b, boundVolume(name))
+					pc, pv := new(corev1.PersistentVolumeClaim), new(corev1.PersistentVolume)
+					if err := pc.Unmarshal(enc[2*i]); err != nil {
+						b.Fatal(err)
+					}
+					if err := pv.Unmarshal(enc[2*i+1]); err != nil {
+						b.Fatal(err)
+					}
+					var c, v any = pc, pv
 					if trim {
 						c, _ = tr.Transform(c)
 						v, _ = tr.Transform(v)
