@@ -134,6 +134,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			binder.WithWorkers(cfg.BinderWorkers),
 			binder.WithEventRecorder(binderRecorder),
 			binder.WithProvisionCheck(prov),
+			binder.WithUIDNamedVolumes(prov.UIDNamePrefix()),
 			binder.WithMetricsRegistry(srv.kubeRegistry),
 		)
 		if err != nil {

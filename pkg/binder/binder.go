@@ -41,6 +41,7 @@ type Binder struct {
 	pvcLister   corelisters.PersistentVolumeClaimLister
 	scLister    storagelisters.StorageClassLister
 	podIndexer  cache.Indexer
+	volumes     *volindex.Index
 	synced      []cache.InformerSynced
 
 	claimQueue  workqueue.TypedRateLimitingInterface[string]
@@ -117,12 +118,14 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 	if err := b.pvInformer.AddIndexers(cache.Indexers{indexUnboundByClass: b.indexUnboundVolumeByClass}); err != nil {
 		return nil, fmt.Errorf("new binder: add volume indexers: %w", err)
 	}
-	if err := volindex.Add(b.pvInformer); err != nil {
+	volumeIndex, err := volindex.Add(b.pvInformer, cfg.namePrefix)
+	if err != nil {
 		return nil, fmt.Errorf("new binder: %w", err)
 	}
+	b.volumes = volumeIndex
 	if err := b.pvcInformer.AddIndexers(cache.Indexers{
 		indexPendingByClass: indexPendingClaimByClass,
-		indexClaimByVolume:  indexBoundClaimByVolume,
+		indexClaimByVolume:  b.indexBoundClaimByVolume,
 	}); err != nil {
 		return nil, fmt.Errorf("new binder: add claim indexers: %w", err)
 	}

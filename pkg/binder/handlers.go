@@ -45,9 +45,12 @@ func indexPendingClaimByClass(obj interface{}) ([]string, error) {
 	return []string{storagehelpers.GetPersistentVolumeClaimClass(claim)}, nil
 }
 
-func indexBoundClaimByVolume(obj interface{}) ([]string, error) {
+// indexBoundClaimByVolume leaves out claims bound to the volume named after
+// them (see WithUIDNamedVolumes); otherClaimBoundTo finds those by name.
+func (b *Binder) indexBoundClaimByVolume(obj interface{}) ([]string, error) {
 	claim, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || claim.Spec.VolumeName == "" || !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
+	if !ok || claim.Spec.VolumeName == "" || !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) ||
+		claim.Spec.VolumeName == b.volumes.VolumeName(claim.UID) {
 		return nil, nil
 	}
 	return []string{claim.Spec.VolumeName}, nil
@@ -147,7 +150,7 @@ func (b *Binder) onClaimAdd(obj interface{}) {
 	b.claimQueue.Add(key)
 	// Volumes that point at this name may belong to an earlier claim of the
 	// same name, or may be waiting for this one.
-	b.queueVolumesReferencing(key)
+	b.queueVolumesReferencing(claim)
 }
 
 func (b *Binder) onClaimUpdate(oldObj, newObj interface{}) {
@@ -175,7 +178,7 @@ func (b *Binder) onClaimDelete(obj interface{}) {
 	if claim.Spec.VolumeName != "" {
 		b.volumeQueue.Add(claim.Spec.VolumeName)
 	}
-	b.queueVolumesReferencing(key)
+	b.queueVolumesReferencing(claim)
 }
 
 // onClass queues the pending claims of a class that appeared, changed or
@@ -211,8 +214,8 @@ func (b *Binder) queuePendingClaims(class string) {
 	}
 }
 
-func (b *Binder) queueVolumesReferencing(claimKey string) {
-	for _, pv := range volindex.Volumes(b.pvInformer, claimKey) {
+func (b *Binder) queueVolumesReferencing(claim *corev1.PersistentVolumeClaim) {
+	for _, pv := range b.volumes.Volumes(claim.Namespace, claim.Name, claim.UID) {
 		if b.volumeInScope(pv) {
 			b.volumeQueue.Add(pv.Name)
 		}

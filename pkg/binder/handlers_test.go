@@ -1,6 +1,7 @@
 package binder
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -110,5 +111,38 @@ func TestEventHandlers(t *testing.T) {
 				t.Errorf("queued (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestUIDNamedVolumesNotIndexed checks the memory WithUIDNamedVolumes saves:
+// a claim and a volume named after the claim's UID take no entry in the
+// binder's indexes; a static binding still does.
+func TestUIDNamedVolumesNotIndexed(t *testing.T) {
+	c1 := claimB("c1").Class("fast").VolumeName("pvc-uid-c1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	c2 := claimB("c2").Class("fast").VolumeName("pv-static").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	pv1 := volumeB("pvc-uid-c1").Class("fast").BoundTo(c1).Phase(corev1.VolumeBound).Obj()
+	pv2 := volumeB("pv-static").Class("fast").BoundTo(c2).Phase(corev1.VolumeBound).Obj()
+	for _, tc := range []struct {
+		prefix            string
+		claimKeys, pvKeys []string
+	}{
+		{"", []string{"pv-static", "pvc-uid-c1"}, []string{ns + "/c1", ns + "/c2"}},
+		{"pvc", []string{"pv-static"}, []string{ns + "/c2"}},
+	} {
+		f := newFixture(t, objs(classFast(), c1, c2, pv1, pv2), WithUIDNamedVolumes(tc.prefix))
+		claimKeys := f.binder.pvcInformer.GetIndexer().ListIndexFuncValues(indexClaimByVolume)
+		pvKeys := f.binder.pvInformer.GetIndexer().ListIndexFuncValues(f.binder.volumes.Name())
+		slices.Sort(claimKeys)
+		slices.Sort(pvKeys)
+		if !slices.Equal(claimKeys, tc.claimKeys) || !slices.Equal(pvKeys, tc.pvKeys) {
+			t.Errorf("prefix %q: claim index keys %v, want %v; volume index keys %v, want %v", tc.prefix, claimKeys, tc.claimKeys, pvKeys, tc.pvKeys)
+		}
+		// Lookups still find both.
+		if got := f.binder.otherClaimBoundTo(pv1, "uid-other"); got == nil || got.Name != "c1" {
+			t.Errorf("prefix %q: otherClaimBoundTo(%s) = %v, want c1", tc.prefix, pv1.Name, got)
+		}
+		if got := f.binder.volumesReferencing(c1); len(got) != 1 || got[0].Name != pv1.Name {
+			t.Errorf("prefix %q: volumesReferencing(c1) = %v, want %s", tc.prefix, got, pv1.Name)
+		}
 	}
 }

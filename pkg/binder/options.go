@@ -61,6 +61,7 @@ type config struct {
 	clock        clock.WithTicker
 	grace        time.Duration
 	graceSet     bool
+	namePrefix   string
 }
 
 func defaultConfig() config {
@@ -116,6 +117,15 @@ func WithProvisionCheck(p ProvisionChecker) Option { return func(c *config) { c.
 // WithMetricsRegistry registers the binder's metrics in r. Without it the
 // metrics are not registered anywhere and cost nothing.
 func WithMetricsRegistry(r metrics.KubeRegistry) Option { return func(c *config) { c.registry = r } }
+
+// WithUIDNamedVolumes says that the volumes this driver's provisioner makes
+// are named prefix + "-" + the claim's UID (see
+// provisioner.Provisioner.UIDNamePrefix). Such a name already links a
+// volume and its claim, so the binder's indexes keep no entry for a volume
+// named after its claimRef, nor for a claim whose spec.volumeName is named
+// after the claim: about 500 bytes less per bound pair. Without this
+// option every pair is indexed.
+func WithUIDNamedVolumes(prefix string) Option { return func(c *config) { c.namePrefix = prefix } }
 
 // WithClock replaces the real clock (tests).
 func WithClock(clk clock.WithTicker) Option { return func(c *config) { c.clock = clk } }

@@ -198,57 +198,98 @@ func ptrString(s *string) string {
 // TestNeedsWorkIsComplete is the proof that the selective resync misses
 // nothing: over a large generated set of states, whenever syncClaim or
 // syncVolume writes anything or reports an event, the object's needsWork
-// predicate was true in that state.
+// predicate was true in that state. It runs twice: with the volumes of the
+// states named as the tables name them, and named after claim UIDs with
+// WithUIDNamedVolumes, so that they are left out of the binder's indexes.
 func TestNeedsWorkIsComplete(t *testing.T) {
-	const states = 3000
-	r := rand.New(rand.NewPCG(1, 2))
-	var acted, idle, skipped int
-	for i := range states {
-		state, desc := genState(r)
-		check := func(what string, need func(b *Binder) (bool, bool)) {
-			f := newFixture(t, state)
-			needs, exists := need(f.binder)
-			if !exists {
-				return
-			}
-			_, err := f.runSync(what)
-			writes := writesOnly(f.actions())
-			events := f.events.take()
-			didSomething := len(writes) > 0 || len(events) > 0
-			switch {
-			case didSomething && !needs:
-				t.Errorf("state %d (%s): %s needsWork = false, but its sync made writes %q and events %q (err %v)",
-					i, desc, what, writes, events, err)
-			case didSomething:
-				acted++
-			case !needs:
-				skipped++
-			default:
-				idle++
-			}
-		}
-		check("pvc/c1", func(b *Binder) (bool, bool) {
-			c := b.getClaim(ns, "c1")
-			if c == nil {
-				return false, false
-			}
-			return b.claimNeedsWork(c), true
-		})
-		for _, name := range []string{"pv1", "pv2"} {
-			check("pv/"+name, func(b *Binder) (bool, bool) {
-				pv := b.getVolume(name)
-				if pv == nil {
-					return false, false
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("uidNamed=%v", named), func(t *testing.T) {
+			const states = 3000
+			r := rand.New(rand.NewPCG(1, 2))
+			var acted, idle, skipped int
+			for i := range states {
+				state, desc := genState(r)
+				var opts []Option
+				pvNames := map[string]string{"pv1": "pv1", "pv2": "pv2"}
+				if named {
+					state, pvNames = uidNamed(state)
+					opts = append(opts, WithUIDNamedVolumes(uidPrefix))
 				}
-				return b.volumeNeedsWork(pv), true
-			})
+				check := func(what string, need func(b *Binder) (bool, bool)) {
+					f := newFixture(t, state, opts...)
+					needs, exists := need(f.binder)
+					if !exists {
+						return
+					}
+					_, err := f.runSync(what)
+					writes := writesOnly(f.actions())
+					events := f.events.take()
+					didSomething := len(writes) > 0 || len(events) > 0
+					switch {
+					case didSomething && !needs:
+						t.Errorf("state %d (%s): %s needsWork = false, but its sync made writes %q and events %q (err %v)",
+							i, desc, what, writes, events, err)
+					case didSomething:
+						acted++
+					case !needs:
+						skipped++
+					default:
+						idle++
+					}
+				}
+				check("pvc/c1", func(b *Binder) (bool, bool) {
+					c := b.getClaim(ns, "c1")
+					if c == nil {
+						return false, false
+					}
+					return b.claimNeedsWork(c), true
+				})
+				for _, name := range []string{pvNames["pv1"], pvNames["pv2"]} {
+					check("pv/"+name, func(b *Binder) (bool, bool) {
+						pv := b.getVolume(name)
+						if pv == nil {
+							return false, false
+						}
+						return b.volumeNeedsWork(pv), true
+					})
+				}
+			}
+			t.Logf("syncs that acted: %d; skipped by needsWork: %d; queued but idle: %d", acted, skipped, idle)
+			// The generator must exercise both sides of the predicate.
+			if acted < states/4 || skipped < states/4 {
+				t.Errorf("generator too narrow: %d syncs acted, %d were skipped", acted, skipped)
+			}
+		})
+	}
+}
+
+// uidPrefix is the volume name prefix of uidNamed.
+const uidPrefix = "pvc"
+
+// uidNamed returns a copy of a genState state whose volumes are named as the
+// provisioner names them: pv1 after claim c1's first UID (so it is named
+// after its claimRef when that names c1 with it), pv2 after an earlier
+// claim's UID (named after a claimRef that is not its own). Claims naming a
+// volume name the new name. It also returns the new names by old name.
+func uidNamed(state []runtime.Object) ([]runtime.Object, map[string]string) {
+	names := map[string]string{"pv1": uidPrefix + "-uid-c1", "pv2": uidPrefix + "-uid-older"}
+	out := make([]runtime.Object, 0, len(state))
+	for _, o := range state {
+		switch x := o.(type) {
+		case *corev1.PersistentVolume:
+			x = x.DeepCopy()
+			x.Name = names[x.Name]
+			o = x
+		case *corev1.PersistentVolumeClaim:
+			x = x.DeepCopy()
+			if n, ok := names[x.Spec.VolumeName]; ok {
+				x.Spec.VolumeName = n
+			}
+			o = x
 		}
+		out = append(out, o)
 	}
-	t.Logf("syncs that acted: %d; skipped by needsWork: %d; queued but idle: %d", acted, skipped, idle)
-	// The generator must exercise both sides of the predicate.
-	if acted < states/4 || skipped < states/4 {
-		t.Errorf("generator too narrow: %d syncs acted, %d were skipped", acted, skipped)
-	}
+	return out, names
 }
 
 // TestResyncQueuesOnlyWork checks the resync on a typical idle cluster: a
@@ -277,5 +318,53 @@ func TestResyncQueuesOnlyWork(t *testing.T) {
 	want := []string{"pvc/ns/pending", "pv/new"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("resync queued %v, want %v", got, want)
+	}
+}
+
+// TestUIDNamedVolumesBehaveAlike checks that leaving volumes named after
+// their claim out of the indexes (WithUIDNamedVolumes) changes no sync: over
+// the generated states, every sync writes the same and reports the same
+// events whether the volumes are named as in the tables or after claim
+// UIDs (names mapped back before comparing).
+func TestUIDNamedVolumesBehaveAlike(t *testing.T) {
+	const states = 3000
+	r := rand.New(rand.NewPCG(3, 4))
+	var compared int
+	for i := range states {
+		state, desc := genState(r)
+		renamed, names := uidNamed(state)
+		back := make([]string, 0, 2*len(names))
+		for old, name := range names {
+			back = append(back, name, old)
+		}
+		unname := strings.NewReplacer(back...)
+		run := func(state []runtime.Object, what string, opts ...Option) (string, bool) {
+			f := newFixture(t, state, opts...)
+			kind, name, _ := strings.Cut(what, "/")
+			if (kind == "pvc" && f.binder.getClaim(ns, name) == nil) || (kind == "pv" && f.binder.getVolume(name) == nil) {
+				return "", false
+			}
+			res, err := f.runSync(what)
+			return unname.Replace(fmt.Sprintf("writes %q events %q result %+v err %v",
+				writesOnly(f.actions()), f.events.take(), res, err)), true
+		}
+		for _, what := range []string{"pvc/c1", "pv/pv1", "pv/pv2"} {
+			plain, ok := run(state, what)
+			if !ok {
+				continue
+			}
+			kind, name, _ := strings.Cut(what, "/")
+			if kind == "pv" {
+				name = names[name]
+			}
+			named, _ := run(renamed, kind+"/"+name, WithUIDNamedVolumes(uidPrefix))
+			compared++
+			if plain != named {
+				t.Errorf("state %d (%s): %s\n indexed:   %s\n uid-named: %s", i, desc, what, plain, named)
+			}
+		}
+	}
+	if compared < states {
+		t.Errorf("only %d syncs compared", compared)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
-
-	"github.com/kube-storage/csi-provisioner/internal/volindex"
 )
 
 // Scope. The binder writes only objects in its scope:
@@ -73,11 +71,13 @@ func (b *Binder) getVolume(name string) *corev1.PersistentVolume {
 }
 
 // volumesReferencing returns the newest copies of the in-scope volumes whose
-// claimRef names the claim (namespace and name; any UID), sorted by name.
+// claimRef names the claim (namespace and name; any UID, except that
+// volumes named after an earlier claim's UID may be left out, see
+// volindex.Index.Volumes), sorted by name.
 func (b *Binder) volumesReferencing(claim *corev1.PersistentVolumeClaim) []*corev1.PersistentVolume {
 	key := claimKey(claim)
 	names := map[string]bool{}
-	for _, pv := range volindex.Volumes(b.pvInformer, key) {
+	for _, pv := range b.volumes.Volumes(claim.Namespace, claim.Name, claim.UID) {
 		names[pv.Name] = true
 	}
 	for _, pv := range b.pvs.snapshot() {

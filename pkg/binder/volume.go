@@ -3,6 +3,7 @@ package binder
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,12 +87,28 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 // claimUID, that completed a binding to pv and still names it in
 // spec.volumeName, or nil.
 func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, claimUID types.UID) *corev1.PersistentVolumeClaim {
-	objs, err := b.pvcInformer.GetIndexer().ByIndex(indexClaimByVolume, pv.Name)
-	if err != nil {
+	other := func(c *corev1.PersistentVolumeClaim) bool { return c.UID != claimUID && c.DeletionTimestamp == nil }
+	if objs, err := b.pvcInformer.GetIndexer().ByIndex(indexClaimByVolume, pv.Name); err == nil {
+		for _, obj := range objs {
+			if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && other(c) {
+				return c
+			}
+		}
+	}
+	// A claim bound to the volume named after it has no index entry (see
+	// WithUIDNamedVolumes): it can only be the claim whose UID the volume's
+	// name holds. That is the claimRef's claim, unless the claimRef was
+	// edited or the volume restored under its old name; only then look
+	// for it, through every cached claim.
+	prefix := b.volumes.Prefix()
+	uid, named := strings.CutPrefix(pv.Name, prefix+"-")
+	if prefix == "" || !named || types.UID(uid) == claimUID {
 		return nil
 	}
-	for _, obj := range objs {
-		if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && c.UID != claimUID && c.DeletionTimestamp == nil {
+	for _, obj := range b.pvcInformer.GetIndexer().List() {
+		c, ok := obj.(*corev1.PersistentVolumeClaim)
+		if ok && c.UID == types.UID(uid) && c.Spec.VolumeName == pv.Name &&
+			metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
 			return c
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-storage/csi-provisioner/internal/volindex"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
@@ -167,7 +166,7 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 // provisionedVolume returns the PV that records the volume provisioned for
 // claim, nil if there is none in the informer.
 func (p *Provisioner) provisionedVolume(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
-	for _, pv := range volindex.Volumes(p.volumeInf, volindex.Key(claim.Namespace, claim.Name)) {
+	for _, pv := range p.volumes.Volumes(claim.Namespace, claim.Name, claim.UID) {
 		if pv.Spec.ClaimRef.UID != claim.UID || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
 			continue
 		}

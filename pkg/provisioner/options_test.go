@@ -137,9 +137,11 @@ func TestVolumeName(t *testing.T) {
 		prefix string
 		length int
 		want   string
+		// wantUIDPrefix: the name is the prefix, a dash and the whole UID.
+		wantUIDPrefix string
 	}{
-		{name: "defaults", prefix: "pvc", length: -1, want: "pvc-" + uid},
-		{name: "prefix", prefix: "test", length: -1, want: "test-" + uid},
+		{name: "defaults", prefix: "pvc", length: -1, want: "pvc-" + uid, wantUIDPrefix: "pvc"},
+		{name: "prefix", prefix: "test", length: -1, want: "test-" + uid, wantUIDPrefix: "test"},
 		{name: "truncated without dashes", prefix: "pvc", length: 5, want: "pvc-3a6f1"},
 		{name: "whole without dashes", prefix: "pvc", length: 32, want: "pvc-3a6f1c1e5b8d4f4e9c2b0d8e7f6a5b4c"},
 	}
@@ -154,6 +156,12 @@ func TestVolumeName(t *testing.T) {
 			claim := testutil.NewPVC(testNS, "c").UID(uid).Obj()
 			if got := p.VolumeName(claim); got != tt.want {
 				t.Errorf("VolumeName = %q, want %q", got, tt.want)
+			}
+			if got := p.UIDNamePrefix(); got != tt.wantUIDPrefix {
+				t.Errorf("UIDNamePrefix = %q, want %q", got, tt.wantUIDPrefix)
+			}
+			if tt.wantUIDPrefix != "" && tt.want != tt.wantUIDPrefix+"-"+uid {
+				t.Errorf("UIDNamePrefix %q does not name the volume", tt.wantUIDPrefix)
 			}
 		})
 	}

@@ -76,6 +76,7 @@ type Provisioner struct {
 	csiNodes   storagelisters.CSINodeLister // nil without VolumeAccessibility
 	claimInf   cache.SharedIndexInformer
 	volumeInf  cache.SharedIndexInformer
+	volumes    *volindex.Index
 	attachInf  cache.SharedIndexInformer // nil without PublishUnpublish
 	hasSynced  []cache.InformerSynced
 	topologies *topologyCache
@@ -130,9 +131,11 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
-	if err := volindex.Add(p.volumeInf); err != nil {
+	volumeIndex, err := volindex.Add(p.volumeInf, p.UIDNamePrefix())
+	if err != nil {
 		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
+	p.volumes = volumeIndex
 	if caps.VolumeAccessibility {
 		nodes, csiNodes := factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
 		p.nodes, p.csiNodes = nodes.Lister(), csiNodes.Lister()
@@ -173,6 +176,17 @@ func (p *Provisioner) VolumeName(claim *corev1.PersistentVolumeClaim) string {
 		uid = uid[:min(n, len(uid))]
 	}
 	return p.cfg.volumeNamePrefix + "-" + uid
+}
+
+// UIDNamePrefix returns the prefix of the volume names that end in the
+// full claim UID (see [Provisioner.VolumeName]); "" when names carry a
+// truncated UID (--volume-name-uuid-length), which does not identify the
+// claim.
+func (p *Provisioner) UIDNamePrefix() string {
+	if p.cfg.volumeNameUUIDLength >= 0 {
+		return ""
+	}
+	return p.cfg.volumeNamePrefix
 }
 
 // SupportsBlock is always true, as upstream: CSI has no capability for raw
