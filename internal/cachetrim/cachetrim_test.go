@@ -176,8 +176,11 @@ func TestTransformShares(t *testing.T) {
 
 	ra, _ := realPair(t, 1)
 	rb, _ := realPair(t, 2)
-	tr.Transform(ra)
-	tr.Transform(rb)
+	for _, c := range []*corev1.PersistentVolumeClaim{ra, rb} {
+		if _, err := tr.Transform(c); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ca, cb := ra.Status.Conditions[0], rb.Status.Conditions[0]
 	if !sameString(ca.Message, cb.Message) || !sameString(ca.Reason, cb.Reason) || !sameString(string(ca.Type), string(cb.Type)) {
 		t.Errorf("the Unused conditions of two claims do not share their strings")
