@@ -86,29 +86,31 @@ func (b *bench) parallel(ctx context.Context, n int, f func(ctx context.Context,
 
 // measureCeiling writes, as fast as the API server takes them, the minimal
 // writes of CeilingN bound volumes: PVC create, PV create, PV status Bound,
-// PVC bind (volumeName and annotations), PVC status Bound. Nobody else acts
-// on these objects. A first, unmeasured batch warms the API server and etcd
-// up. It then removes them all.
-func (b *bench) measureCeiling(ctx context.Context) (ceiling, error) {
-	const ns = "ceiling"
+// PVC bind (volumeName and annotations), PVC status Bound, in namespace ns,
+// which it creates. Nobody else acts on these objects. A first, unmeasured
+// batch warms the API server and etcd up. It then removes them all.
+func (b *bench) measureCeiling(ctx context.Context, ns string) (ceiling, error) {
 	if _, err := b.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return ceiling{}, err
 	}
 	n := b.o.CeilingN
 	warm := min(n, 200)
-	if err := b.writeBoundVolumes(ctx, ns, "warm", warm); err != nil {
+	// PVs are cluster-scoped: name them after ns, so that a second
+	// measurement never meets the first one's PVs still being deleted.
+	warmPrefix := ns + "-warm"
+	if err := b.writeBoundVolumes(ctx, ns, warmPrefix, warm); err != nil {
 		return ceiling{}, fmt.Errorf("ceiling writer warm-up: %w", err)
 	}
 	start := time.Now()
-	if err := b.writeBoundVolumes(ctx, ns, "ceiling", n); err != nil {
+	if err := b.writeBoundVolumes(ctx, ns, ns, n); err != nil {
 		return ceiling{}, fmt.Errorf("ceiling writer: %w", err)
 	}
 	elapsed := time.Since(start)
 	c := ceiling{Volumes: n, Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds(), WritesPerSecond: 5 * float64(n) / elapsed.Seconds()}
-	if err := b.removeBoundVolumes(ctx, ns, "warm", warm); err != nil {
+	if err := b.removeBoundVolumes(ctx, ns, warmPrefix, warm); err != nil {
 		return c, err
 	}
-	if err := b.removeBoundVolumes(ctx, ns, "ceiling", n); err != nil {
+	if err := b.removeBoundVolumes(ctx, ns, ns, n); err != nil {
 		return c, err
 	}
 	// Wait until the protection controller has let the claims go, so its

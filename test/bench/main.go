@@ -147,7 +147,7 @@ func run(ctx context.Context, o options) (*result, error) {
 	b := newBench(cp, o)
 
 	logf("measuring the API server's write ceiling with %d volumes", o.CeilingN)
-	if res.Ceiling, err = b.measureCeiling(ctx); err != nil {
+	if res.Ceiling, err = b.measureCeiling(ctx, "ceiling"); err != nil {
 		return res, err
 	}
 	logf("ceiling: %.1f volumes/s (%.0f writes/s)", res.Ceiling.VolumesPerSecond, res.Ceiling.WritesPerSecond)
@@ -203,6 +203,20 @@ func run(ctx context.Context, o options) (*result, error) {
 	}
 	anon, file = sampler.peaks()
 	res.Sidecar.PeakAnonMiB, res.Sidecar.PeakFileMiB = mib(anon), mib(file)
+
+	if o.Binder != "kcm" {
+		if err := proc.Stop(10 * time.Second); err != nil {
+			return res, err
+		}
+		logf("measuring the write ceiling again, with the provisioner stopped")
+		c, err := b.measureCeiling(ctx, "ceiling-after")
+		if err != nil {
+			return res, err
+		}
+		res.CeilingAfter = &c
+		res.Provision.FractionOfCeilingAfter = res.Provision.VolumesPerSecond / c.VolumesPerSecond
+		logf("ceiling after: %.1f volumes/s (%.0f writes/s)", c.VolumesPerSecond, c.WritesPerSecond)
+	}
 	return res, nil
 }
 

@@ -14,10 +14,15 @@ type result struct {
 	Options     options
 	Provisioner string
 	Ceiling     ceiling
-	Provision   phase
-	Delete      phase
-	API         api
-	Sidecar     usage
+	// CeilingAfter is the ceiling measured again after the deletion, with
+	// the provisioner stopped (not with -binder kcm, whose binder would act
+	// on the ceiling's objects). The machine's speed drifts within minutes;
+	// the two bracket the run.
+	CeilingAfter *ceiling `json:",omitempty"`
+	Provision    phase
+	Delete       phase
+	API          api
+	Sidecar      usage
 	// CPUPerVolumeMillis is the CPU time each process used while the claims
 	// were provisioned and bound, per volume.
 	CPUPerVolumeMillis map[string]float64 `json:",omitempty"`
@@ -46,8 +51,10 @@ type phase struct {
 	VolumesPerSecond  float64
 	CreateSeconds     float64 `json:",omitempty"`
 	FractionOfCeiling float64 `json:",omitempty"`
-	P50, P95, P99     float64 `json:",omitempty"`
-	Max               float64 `json:",omitempty"`
+	// FractionOfCeilingAfter is relative to CeilingAfter.
+	FractionOfCeilingAfter float64 `json:",omitempty"`
+	P50, P95, P99          float64 `json:",omitempty"`
+	Max                    float64 `json:",omitempty"`
 }
 
 type api struct {
@@ -95,8 +102,15 @@ func printResult(w io.Writer, r *result) {
 	fmt.Fprintf(w, "provisioner: %s\n\n", r.Provisioner)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "API server write ceiling\t%.1f volumes/s\t(%.0f writes/s, %d volumes of 5 writes, unthrottled)\n", r.Ceiling.VolumesPerSecond, r.Ceiling.WritesPerSecond, r.Ceiling.Volumes)
-	fmt.Fprintf(tw, "provision + bind\t%.1f volumes/s\t(%d in %.2fs; %.0f%% of the ceiling; creates took %.2fs)\n",
-		r.Provision.VolumesPerSecond, r.Options.N, r.Provision.Seconds, 100*r.Provision.FractionOfCeiling, r.Provision.CreateSeconds)
+	if c := r.CeilingAfter; c != nil {
+		fmt.Fprintf(tw, "  measured again after\t%.1f volumes/s\t(%.0f writes/s, with the provisioner stopped)\n", c.VolumesPerSecond, c.WritesPerSecond)
+	}
+	after := ""
+	if r.CeilingAfter != nil {
+		after = fmt.Sprintf(", %.0f%% of the one after", 100*r.Provision.FractionOfCeilingAfter)
+	}
+	fmt.Fprintf(tw, "provision + bind\t%.1f volumes/s\t(%d in %.2fs; %.0f%% of the ceiling%s; creates took %.2fs)\n",
+		r.Provision.VolumesPerSecond, r.Options.N, r.Provision.Seconds, 100*r.Provision.FractionOfCeiling, after, r.Provision.CreateSeconds)
 	fmt.Fprintf(tw, "created → Bound latency\tp50 %.3fs\tp95 %.3fs  p99 %.3fs  max %.3fs\n", r.Provision.P50, r.Provision.P95, r.Provision.P99, r.Provision.Max)
 	fmt.Fprintf(tw, "delete\t%.1f volumes/s\t(%.2fs until every PV and driver volume was gone)\n", r.Delete.VolumesPerSecond, r.Delete.Seconds)
 	fmt.Fprintf(tw, "PVC+PV writes per volume\t%.2f\t(all clients, incl. kube-controller-manager's protection controllers)\n", r.API.WritesPerVolume)
