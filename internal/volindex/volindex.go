@@ -67,7 +67,20 @@ func (x *Index) index(obj any) ([]string, error) {
 // so not in the index.
 func (x *Index) namedAfterClaim(pv *corev1.PersistentVolume) bool {
 	ref := pv.Spec.ClaimRef
-	return x.prefix != "" && ref != nil && ref.UID != "" && pv.Name == x.VolumeName(ref.UID)
+	uid, ok := x.UIDOf(pv.Name)
+	return ok && ref != nil && uid == ref.UID
+}
+
+// UIDOf returns the claim UID a volume name holds: the part after the
+// prefix and a dash. It reports false without a prefix, for names that do
+// not start with it, and for an empty rest. It allocates nothing, so index
+// functions, which run on every event, may call it.
+func (x *Index) UIDOf(volumeName string) (types.UID, bool) {
+	if x.prefix == "" || len(volumeName) < len(x.prefix)+2 ||
+		volumeName[:len(x.prefix)] != x.prefix || volumeName[len(x.prefix)] != '-' {
+		return "", false
+	}
+	return types.UID(volumeName[len(x.prefix)+1:]), true
 }
 
 // VolumeName returns the name of the volume provisioned for the claim with
@@ -81,9 +94,6 @@ func (x *Index) VolumeName(uid types.UID) string {
 
 // Name returns the name of the index in the informer.
 func (x *Index) Name() string { return x.name }
-
-// Prefix returns the prefix the index was added with.
-func (x *Index) Prefix() string { return x.prefix }
 
 // Key is the index key of the claim namespace/name.
 func Key(namespace, name string) string { return namespace + "/" + name }

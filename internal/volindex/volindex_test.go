@@ -97,3 +97,30 @@ func TestVolumes(t *testing.T) {
 		})
 	}
 }
+
+func TestUIDOf(t *testing.T) {
+	for _, tc := range []struct {
+		prefix, name string
+		uid          types.UID
+		ok           bool
+	}{
+		{"pvc", "pvc-uid-1", "uid-1", true},
+		{"pvc", "pvc-", "", false},
+		{"pvc", "pvc", "", false},
+		{"pvc", "pvcx-uid-1", "", false},
+		{"pvc", "other-uid-1", "", false},
+		{"", "pvc-uid-1", "", false},
+	} {
+		x := &Index{prefix: tc.prefix}
+		if uid, ok := x.UIDOf(tc.name); uid != tc.uid || ok != tc.ok {
+			t.Errorf("prefix %q: UIDOf(%q) = %q, %v; want %q, %v", tc.prefix, tc.name, uid, ok, tc.uid, tc.ok)
+		}
+		if tc.ok && x.VolumeName(tc.uid) != tc.name {
+			t.Errorf("prefix %q: VolumeName(%q) = %q, want %q", tc.prefix, tc.uid, x.VolumeName(tc.uid), tc.name)
+		}
+	}
+	x := &Index{prefix: "pvc"}
+	if n := testing.AllocsPerRun(100, func() { x.UIDOf("pvc-uid-1") }); n != 0 {
+		t.Errorf("UIDOf allocates %v times", n)
+	}
+}

@@ -49,8 +49,10 @@ func indexPendingClaimByClass(obj interface{}) ([]string, error) {
 // them (see WithUIDNamedVolumes); otherClaimBoundTo finds those by name.
 func (b *Binder) indexBoundClaimByVolume(obj interface{}) ([]string, error) {
 	claim, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || claim.Spec.VolumeName == "" || !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) ||
-		claim.Spec.VolumeName == b.volumes.VolumeName(claim.UID) {
+	if !ok || claim.Spec.VolumeName == "" || !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
+		return nil, nil
+	}
+	if uid, named := b.volumes.UIDOf(claim.Spec.VolumeName); named && uid == claim.UID {
 		return nil, nil
 	}
 	return []string{claim.Spec.VolumeName}, nil

@@ -3,7 +3,6 @@ package binder
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,14 +99,13 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, claimUID types.U
 	// name holds. That is the claimRef's claim, unless the claimRef was
 	// edited or the volume restored under its old name; only then look
 	// for it, through every cached claim.
-	prefix := b.volumes.Prefix()
-	uid, named := strings.CutPrefix(pv.Name, prefix+"-")
-	if prefix == "" || !named || types.UID(uid) == claimUID {
+	uid, named := b.volumes.UIDOf(pv.Name)
+	if !named || uid == claimUID {
 		return nil
 	}
 	for _, obj := range b.pvcInformer.GetIndexer().List() {
 		c, ok := obj.(*corev1.PersistentVolumeClaim)
-		if ok && c.UID == types.UID(uid) && c.Spec.VolumeName == pv.Name &&
+		if ok && c.UID == uid && c.Spec.VolumeName == pv.Name &&
 			metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
 			return c
 		}
