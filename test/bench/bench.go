@@ -548,60 +548,6 @@ func (b *bench) measureIdle(ctx context.Context, pid int, res *result) error {
 	return nil
 }
 
-// deleteAll deletes every claim and waits until every PV of the class and
-// every driver volume is gone.
-func (b *bench) deleteAll(ctx context.Context, res *result) error {
-	n := b.o.N
-	logf("deleting %d claims", n)
-	start := time.Now()
-	err := b.parallel(ctx, n, func(ctx context.Context, i int) error {
-		err := b.c.CoreV1().PersistentVolumeClaims(benchNS).Delete(ctx, fmt.Sprintf("claim-%06d", i), metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	last := time.Now()
-	err = wait.PollUntilContextTimeout(ctx, deletePollInterval(n), b.o.Timeout, true, func(ctx context.Context) (bool, error) {
-		pvs, err := b.c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err
-		}
-		left := 0
-		for _, pv := range pvs.Items {
-			if pv.Spec.StorageClassName == benchClass {
-				left++
-			}
-		}
-		vols, err := b.driver.ListVolumes(ctx)
-		if err != nil {
-			return false, err
-		}
-		if time.Since(last) > 5*time.Second {
-			logf("%d PVs and %d volumes left after %.1fs", left, len(vols), time.Since(start).Seconds())
-			last = time.Now()
-		}
-		return left == 0 && len(vols) == 0, nil
-	})
-	if err != nil {
-		return fmt.Errorf("deletion did not finish: %w", err)
-	}
-	elapsed := time.Since(start)
-	res.Delete = phase{Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds()}
-	return nil
-}
-
-// deletePollInterval is how often deleteAll lists every PV and driver
-// volume: 100ms for 1000 claims or fewer, longer for more (at most 2s), so
-// that the benchmark's own full lists do not load the API server it
-// measures. The error on the deletion time is at most one interval.
-func deletePollInterval(n int) time.Duration {
-	return min(2*time.Second, time.Duration(max(1, n/1000))*100*time.Millisecond)
-}
-
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -113,6 +113,9 @@ func printResult(w io.Writer, r *result) {
 		r.Provision.VolumesPerSecond, r.Options.N, r.Provision.Seconds, 100*r.Provision.FractionOfCeiling, after, r.Provision.CreateSeconds)
 	fmt.Fprintf(tw, "created → Bound latency\tp50 %.3fs\tp95 %.3fs  p99 %.3fs  max %.3fs\n", r.Provision.P50, r.Provision.P95, r.Provision.P99, r.Provision.Max)
 	fmt.Fprintf(tw, "delete\t%.1f volumes/s\t(%.2fs until every PV and driver volume was gone)\n", r.Delete.VolumesPerSecond, r.Delete.Seconds)
+	if r.Delete.Max > 0 {
+		fmt.Fprintf(tw, "claim deleted → PV gone\tp50 %.3fs\tp95 %.3fs  p99 %.3fs  max %.3fs\n", r.Delete.P50, r.Delete.P95, r.Delete.P99, r.Delete.Max)
+	}
 	fmt.Fprintf(tw, "PVC+PV writes per volume\t%.2f\t(all clients, incl. kube-controller-manager's protection controllers)\n", r.API.WritesPerVolume)
 	if r.API.ProvisionerWritesPerVolume > 0 {
 		fmt.Fprintf(tw, "  by the provisioner\t%.2f\t(its own client's updates + PV creates; events excluded)\n", r.API.ProvisionerWritesPerVolume)
