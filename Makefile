@@ -101,3 +101,5 @@ verify: lint ## gofmt, go vet, go mod tidy and lint must be clean.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	hack/verify-tidy.sh
+	@big=$$(git ls-files -z | xargs -0 du -k 2>/dev/null | awk '$$1 > 1024 {print $$2}'); \
+	if [ -n "$$big" ]; then echo "tracked files over 1 MiB (a built binary?): $$big"; exit 1; fi
