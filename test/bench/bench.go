@@ -377,11 +377,23 @@ wait:
 	if res.Ceiling.VolumesPerSecond > 0 {
 		res.Provision.FractionOfCeiling = res.Provision.VolumesPerSecond / res.Ceiling.VolumesPerSecond
 	}
-	d := after.diff(before)
+	b.recordAPI(ctx, res, after.diff(before), elapsed)
+	return nil
+}
+
+// recordAPI records the API requests d made while the claims were
+// provisioned in elapsed: per volume, the provisioner's own share, and the
+// write rate against the ceiling's.
+func (b *bench) recordAPI(ctx context.Context, res *result, d requestCounts, elapsed time.Duration) {
+	n := b.o.N
 	// The benchmark itself created the N claims and watches them: report the
 	// system's work per volume without them.
 	d[requestKey{Verb: "POST", Resource: "persistentvolumeclaims"}] -= float64(n)
 	res.API = apiCost(d, n)
+	res.Provision.WritesPerSecond = (d.volumeWrites() + float64(n) + d.events()) / elapsed.Seconds()
+	if res.Ceiling.WritesPerSecond > 0 {
+		res.Provision.WriteFractionOfCeiling = res.Provision.WritesPerSecond / res.Ceiling.WritesPerSecond
+	}
 	res.SidecarMetrics = b.scrapeSidecar(ctx)
 	var own float64
 	for k, v := range res.SidecarMetrics {
@@ -394,7 +406,6 @@ wait:
 		own += d[requestKey{Verb: "POST", Resource: "persistentvolumes"}]
 		res.API.ProvisionerWritesPerVolume = own / float64(n)
 	}
-	return nil
 }
 
 // saveProfile saves a pprof profile of the provisioner.

@@ -125,22 +125,25 @@ func (b *bench) deleteAll(ctx context.Context, res *result) error {
 	d := newDeletions(n)
 	factory := informers.NewSharedInformerFactoryWithOptions(b.c, 0, informers.WithTransform(keepDeletionFields))
 	inf := factory.Core().V1().PersistentVolumes().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    d.add,
 		UpdateFunc: func(_, o any) { d.add(o) },
 		DeleteFunc: d.remove,
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
 	factory.Start(ictx.Done())
-	if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) {
+	// The handler's HasSynced, not the informer's: the count of PVs left
+	// must include every PV of the initial list.
+	if !cache.WaitForCacheSync(ictx.Done(), reg.HasSynced) {
 		return fmt.Errorf("PV informer did not sync: %w", ctx.Err())
 	}
 	logf("deleting %d claims (%d PVs)", n, d.remaining())
 	start := time.Now()
-	err := b.parallel(ctx, n, func(ctx context.Context, i int) error {
+	err = b.parallel(ctx, n, func(ctx context.Context, i int) error {
 		err := b.c.CoreV1().PersistentVolumeClaims(benchNS).Delete(ctx, fmt.Sprintf("claim-%06d", i), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err

@@ -53,6 +53,13 @@ type phase struct {
 	FractionOfCeiling float64 `json:",omitempty"`
 	// FractionOfCeilingAfter is relative to CeilingAfter.
 	FractionOfCeilingAfter float64 `json:",omitempty"`
+	// WritesPerSecond counts every write of claims, PVs and events by all
+	// clients (the benchmark's creates included) during the phase, per
+	// second; WriteFractionOfCeiling compares it with the ceiling's
+	// WritesPerSecond: near 1, the API server is what limits the phase.
+	// Events are counted once they have settled, a little after the phase.
+	WritesPerSecond        float64 `json:",omitempty"`
+	WriteFractionOfCeiling float64 `json:",omitempty"`
 	P50, P95, P99          float64 `json:",omitempty"`
 	Max                    float64 `json:",omitempty"`
 }
@@ -111,6 +118,10 @@ func printResult(w io.Writer, r *result) {
 	}
 	fmt.Fprintf(tw, "provision + bind\t%.1f volumes/s\t(%d in %.2fs; %.0f%% of the ceiling%s; creates took %.2fs)\n",
 		r.Provision.VolumesPerSecond, r.Options.N, r.Provision.Seconds, 100*r.Provision.FractionOfCeiling, after, r.Provision.CreateSeconds)
+	if r.Provision.WritesPerSecond > 0 {
+		fmt.Fprintf(tw, "  API server writes\t%.0f/s\t(claims, PVs and events, all clients: %.0f%% of the ceiling's writes/s)\n",
+			r.Provision.WritesPerSecond, 100*r.Provision.WriteFractionOfCeiling)
+	}
 	fmt.Fprintf(tw, "created → Bound latency\tp50 %.3fs\tp95 %.3fs  p99 %.3fs  max %.3fs\n", r.Provision.P50, r.Provision.P95, r.Provision.P99, r.Provision.Max)
 	fmt.Fprintf(tw, "delete\t%.1f volumes/s\t(%.2fs until every PV and driver volume was gone)\n", r.Delete.VolumesPerSecond, r.Delete.Seconds)
 	if r.Delete.Max > 0 {
