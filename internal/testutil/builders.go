@@ -278,6 +278,22 @@ func (b *SCBuilder) WaitForFirstConsumer() *SCBuilder {
 	return b
 }
 
+// Default marks the class as the default class with the given annotation
+// key (storageclass.kubernetes.io/is-default-class or its beta form).
+func (b *SCBuilder) Default(key string) *SCBuilder {
+	if b.s.Annotations == nil {
+		b.s.Annotations = map[string]string{}
+	}
+	b.s.Annotations[key] = "true"
+	return b
+}
+
+// Created sets metadata.creationTimestamp.
+func (b *SCBuilder) Created(t time.Time) *SCBuilder {
+	b.s.CreationTimestamp = metav1.NewTime(t)
+	return b
+}
+
 // NoBindingMode clears volumeBindingMode (an invalid class for the binder).
 func (b *SCBuilder) NoBindingMode() *SCBuilder { b.s.VolumeBindingMode = nil; return b }
 

@@ -79,6 +79,9 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	if pv != nil {
 		return result{}, b.bind(ctx, pv, claim)
 	}
+	if def := b.ourDefaultClassFor(claim); def != nil {
+		return result{}, b.assignDefaultClass(ctx, claim, def)
+	}
 
 	switch {
 	case ours && delay && !selected:

@@ -17,6 +17,9 @@
 //     class waits for the scheduler (WaitForFirstConsumer or
 //     WaitForPodScheduled event); a claim with a selected node is never
 //     given an unbound static volume, only one pre-bound to it;
+//   - a pending claim with no class at all (created while no class was
+//     default) that no static volume fits takes the default class when that
+//     class is this driver's (retroactive default class, as upstream);
 //   - otherwise the claim is handed to this driver's provisioner: both
 //     storage-provisioner annotations are set in one update that also adds
 //     the in-flight finalizer (package inflight) when the [ProvisionChecker]

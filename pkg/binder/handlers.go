@@ -184,10 +184,14 @@ func (b *Binder) onClaimDelete(obj interface{}) {
 }
 
 // onClass queues the pending claims of a class that appeared, changed or
-// disappeared.
+// disappeared and, when it is the driver's and default, the pending claims
+// without a class, which may now take it.
 func (b *Binder) onClass(obj interface{}) {
 	if class, ok := unwrap(obj).(*storagev1.StorageClass); ok {
 		b.queuePendingClaims(class.Name)
+		if class.Provisioner == b.driver && isDefaultClass(class) {
+			b.queuePendingClaims("")
+		}
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 //     when its spec.volumeName names a volume in scope, when a volume in
 //     scope is pre-bound to it (claimRef), or, for a claim without a class
 //     object (class "" or a class that does not exist), when it matches a
-//     static volume in scope.
+//     static volume in scope; a claim with no class at all (nil, not "")
+//     also when the default class names the driver (see defaultclass.go).
 //
 // The one exception is the ProvisioningFailed event on a claim whose class
 // does not exist: nobody else would report it.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -199,4 +201,52 @@ func TestSidecarSelectedNodeNotStatic(t *testing.T) {
 	if got := e.getPV(static.Name); got.Spec.ClaimRef != nil || got.Status.Phase != corev1.VolumeAvailable {
 		t.Errorf("static PV at the end: claimRef %+v phase %s, want none, Available", got.Spec.ClaimRef, got.Status.Phase)
 	}
+}
+
+// TestSidecarRetroactiveDefaultClass: a claim created without a class while
+// no class is default keeps no class (the admission plugin had none to give
+// it). Once a class of the driver becomes default, the sidecar's binder gives
+// the claim that class, and the claim is provisioned and Bound, as
+// kube-controller-manager's binder (not running here) would do. A claim
+// with the explicit class "" keeps it. The test runs on a control plane of
+// its own: a default class would give a class to every new classless claim
+// of the tests that share one.
+func TestSidecarRetroactiveDefaultClass(t *testing.T) {
+	e := newEnv(t, controlplane.StartForTest(t, controlplane.Config{}))
+	s := e.startStack()
+	sc := e.createClass(testutil.NewSC(e.name("later-default"), e.driver))
+	classless := e.createClaim(testutil.NewPVC(e.ns, "classless"))
+	if classless.Spec.StorageClassName != nil {
+		t.Fatalf("claim created with class %q while no class is default", *classless.Spec.StorageClassName)
+	}
+	empty := e.createClaim(testutil.NewPVC(e.ns, "empty").Class(""))
+
+	ctx := t.Context()
+	def, err := e.c.StorageV1().StorageClasses().Get(ctx, sc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metav1.SetMetaDataAnnotation(&def.ObjectMeta, "storageclass.kubernetes.io/is-default-class", "true")
+	if _, err := e.c.StorageV1().StorageClasses().Update(ctx, def, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	pvc := e.waitClaim(classless.Name, "Bound", isBound)
+	if got := storagehelpers.GetPersistentVolumeClaimClass(pvc); got != sc.Name {
+		t.Errorf("claim class = %q, want the default %s", got, sc.Name)
+	}
+	if want := "pvc-" + string(classless.UID); pvc.Spec.VolumeName != want {
+		t.Errorf("claim bound to %s, want the provisioned %s", pvc.Spec.VolumeName, want)
+	}
+	pv := e.getPV(pvc.Spec.VolumeName)
+	checkBound(t, pvc, pv, true, false)
+	s.waitVolumeIDs(pv.Spec.CSI.VolumeHandle)
+	if got := e.getClaim(empty.Name); got.Spec.StorageClassName == nil || *got.Spec.StorageClassName != "" || got.Spec.VolumeName != "" {
+		t.Errorf("claim of class \"\": class %v, volumeName %q; want \"\" and none", got.Spec.StorageClassName, got.Spec.VolumeName)
+	}
+
+	e.deleteClaim(classless.Name)
+	e.deleteClaim(empty.Name)
+	e.waitPVGone(pv.Name)
+	s.waitVolumeIDs()
 }
