@@ -7,8 +7,10 @@
 // The behaviour is kubernetes-csi/external-provisioner's (v6): the same
 // volume names, request and PV mapping, StorageClass parameters, secret
 // templates, annotations, topology rules, event reasons and error states.
-// Cloning from a claim and restoring from a VolumeSnapshot are not
-// implemented yet (a final error says so); CSI migration, distributed
+// Cloning from a claim follows upstream too, with its cloning-protection
+// finalizer on the source (see clone.go and RunCloneProtection). Restoring
+// from a VolumeSnapshot is not implemented yet (a final error says so); CSI
+// migration, distributed
 // (node) deployment, cross-namespace data sources and capacity tracking are
 // not part of this package.
 //

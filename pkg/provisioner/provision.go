@@ -84,6 +84,11 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if !inflight.Has(cur) {
 		p.attempts.observeClean(cur.UID)
 	}
+	if pl.cloneOf != "" {
+		if err := p.protectCloneSource(ctx, cur.Namespace, pl.cloneOf); err != nil {
+			return nil, controller.ProvisioningNoChange, err
+		}
+	}
 	if err := p.addInflight(ctx, cur); err != nil {
 		if errors.Is(err, errClaimGone) {
 			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: msgClaimDeletingNoInflight}

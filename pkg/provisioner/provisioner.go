@@ -141,6 +141,11 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		p.nodes, p.csiNodes = nodes.Lister(), csiNodes.Lister()
 		p.hasSynced = append(p.hasSynced, nodes.Informer().HasSynced, csiNodes.Informer().HasSynced)
 	}
+	if caps.CloneVolume {
+		if err := p.claimInf.AddIndexers(cache.Indexers{indexClaimByCloneSource: claimByCloneSource}); err != nil {
+			return nil, fmt.Errorf("new provisioner: add clone source indexer: %w", err)
+		}
+	}
 	if caps.PublishUnpublish {
 		p.attachInf = factory.Storage().V1().VolumeAttachments().Informer()
 		p.hasSynced = append(p.hasSynced, p.attachInf.HasSynced)

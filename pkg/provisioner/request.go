@@ -31,12 +31,10 @@ const (
 	snapshotAPIGroup   = "snapshot.storage.k8s.io"
 )
 
-// Errors for data sources this version does not provision from. They are
-// final: only a change of the claim can help.
-var (
-	ErrCloneNotSupported    = errors.New("cloning from a PersistentVolumeClaim is not supported by this provisioner yet")
-	ErrSnapshotNotSupported = errors.New("restoring from a VolumeSnapshot is not supported by this provisioner yet")
-)
+// ErrSnapshotNotSupported is the final error for a claim restored from a
+// VolumeSnapshot, which this version does not provision from: only a change
+// of the claim can help.
+var ErrSnapshotNotSupported = errors.New("restoring from a VolumeSnapshot is not supported by this provisioner yet")
 
 // plan is a CreateVolume request and what the PV is made of besides the
 // driver's answer.
@@ -48,6 +46,8 @@ type plan struct {
 	vacName string
 	// topologyCached is true when the requirements came from the cache.
 	topologyCached bool
+	// cloneOf names the source claim of a clone, "" for none.
+	cloneOf string
 }
 
 // prepare validates claim and class and builds the CreateVolume request for
@@ -68,8 +68,12 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 	if class == nil {
 		return nil, controller.ProvisioningFinished, errors.New("storage class was nil")
 	}
-	if err := p.checkDataSource(claim, check); err != nil {
+	cloneOf, err := p.checkDataSource(claim, check)
+	if err != nil {
 		return nil, controller.ProvisioningFinished, err
+	}
+	if cloneOf != "" && !p.caps.CloneVolume {
+		return nil, controller.ProvisioningFinished, errors.New("CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported")
 	}
 	var vacName string
 	if p.cfg.volumeAttributesClass && claim.Spec.VolumeAttributesClassName != nil {
@@ -103,7 +107,7 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		return nil, controller.ProvisioningNoChange, err
 	}
 
-	pl := &plan{fsType: fsType, refs: refs, vacName: vacName}
+	pl := &plan{fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf}
 	requirement, cached := p.topologies.get(claim.UID)
 	if cached {
 		pl.topologyCached = true
@@ -145,14 +149,21 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		AccessibilityRequirements: requirement,
 		MutableParameters:         mutable,
 	}
+	if cloneOf != "" {
+		src, err := p.cloneContentSource(ctx, claim, class, cloneOf)
+		if err != nil {
+			return nil, controller.ProvisioningNoChange, fmt.Errorf("error getting handle for DataSource Type %s by Name %s: %w", kindClaim, cloneOf, err)
+		}
+		pl.req.VolumeContentSource = src
+	}
 	return pl, controller.ProvisioningNoChange, nil
 }
 
-// checkDataSource accepts a claim without a data source and rejects the
-// kinds this version does not provision from. Another kind belongs to an
-// external populator: the claim is ignored, with upstream's Normal event
-// (not in check mode).
-func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) error {
+// checkDataSource accepts a claim without a data source, returns the name
+// of the source claim of a clone and rejects the kinds this version does not
+// provision from. Another kind belongs to an external populator: the claim
+// is ignored, with upstream's Normal event (not in check mode).
+func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) (string, error) {
 	var kind, name, group string
 	switch ds, ref := claim.Spec.DataSource, claim.Spec.DataSourceRef; {
 	case ds != nil:
@@ -162,31 +173,31 @@ func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check
 		}
 	case ref != nil:
 		if ref.Namespace != nil && *ref.Namespace != "" {
-			return errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
+			return "", errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
 		}
 		kind, name = ref.Kind, ref.Name
 		if ref.APIGroup != nil {
 			group = *ref.APIGroup
 		}
 	default:
-		return nil
+		return "", nil
 	}
 	if name == "" {
-		return fmt.Errorf("the PVC source not found for PVC %s", claim.Name)
+		return "", fmt.Errorf("the PVC source not found for PVC %s", claim.Name)
 	}
 	switch kind {
 	case kindVolumeSnapshot:
 		if group != snapshotAPIGroup {
-			return fmt.Errorf("the PVC source does not belong to the right APIGroup. Expected %s, Got %s", snapshotAPIGroup, group)
+			return "", fmt.Errorf("the PVC source does not belong to the right APIGroup. Expected %s, Got %s", snapshotAPIGroup, group)
 		}
-		return ErrSnapshotNotSupported
+		return "", ErrSnapshotNotSupported
 	case kindClaim:
-		return ErrCloneNotSupported
+		return name, nil
 	}
 	if !check {
 		p.recorder.Event(claim, corev1.EventTypeNormal, reasonProvisioning, msgPopulator)
 	}
-	return &controller.IgnoredError{
+	return "", &controller.IgnoredError{
 		Reason: fmt.Sprintf("data source (%s) is not handled by the provisioner, assuming an external populator will provision it", kind),
 	}
 }

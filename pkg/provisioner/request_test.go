@@ -291,7 +291,7 @@ func TestStripReserved(t *testing.T) {
 }
 
 // TestDataSources covers upstream's data source handling and the
-// unsupported clone and restore of this version.
+// unsupported restore of this version (clones: TestClone).
 func TestDataSources(t *testing.T) {
 	snapGroup := snapshotAPIGroup
 	otherGroup := "populators.example.com"
@@ -317,7 +317,7 @@ func TestDataSources(t *testing.T) {
 			wantIgnored: true, wantErr: "data source (Sample) is not handled",
 			wantEvent: "Normal Provisioning Assuming an external populator will provision the volume",
 		},
-		{name: "clone", claim: newClaim("c").DataSource(nil, "PersistentVolumeClaim", "src").Obj(), wantErr: ErrCloneNotSupported.Error()},
+		{name: "clone with a driver without CLONE_VOLUME", claim: newClaim("c").DataSource(nil, "PersistentVolumeClaim", "src").Obj(), wantErr: "CSI driver does not support clone operations"},
 		{name: "snapshot", claim: newClaim("c").DataSource(&snapGroup, "VolumeSnapshot", "snap").Obj(), wantErr: ErrSnapshotNotSupported.Error()},
 		{
 			name: "snapshot of another group", claim: newClaim("c").DataSource(&otherGroup, "VolumeSnapshot", "snap").Obj(),

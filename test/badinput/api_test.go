@@ -95,7 +95,7 @@ func apiRows() []apiRow {
 			want: event{corev1.EventTypeNormal, "Provisioning", []string{"Assuming an external populator will provision the volume"}},
 		},
 		{
-			name:       "data-source-claim-clone",
+			name:       "data-source-claim-clone-invalid",
 			custom:     cloneRow,
 			newVolumes: 1, // the source
 		},
@@ -154,15 +154,20 @@ func (s *stack) runAPIRow(t *testing.T, row apiRow) {
 	s.checkVolumes(t, before, row.newVolumes)
 }
 
-// cloneRow: a claim whose data source is another, Bound claim. Cloning is
-// not implemented: a Warning says so and nothing is created for the clone.
+// cloneRow: clones that cannot be provisioned: from a claim that does not
+// exist, and smaller than their Bound source. Each gets a Warning saying
+// why and nothing is created for it.
 func cloneRow(t *testing.T, s *stack, class string) {
-	src := s.claim(t, testutil.NewPVC(s.ns, "clone-src").Class(class))
+	src := s.claim(t, testutil.NewPVC(s.ns, "clone-src").Class(class).Size("1Gi"))
 	s.waitPhase(t, src.Name, corev1.ClaimBound)
-	c := s.claim(t, testutil.NewPVC(s.ns, "clone").Class(class).DataSource(nil, "PersistentVolumeClaim", src.Name))
-	s.waitEvent(t, s.ns, string(c.UID), event{corev1.EventTypeWarning, "ProvisioningFailed", []string{"cloning from a PersistentVolumeClaim is not supported"}})
-	if got := s.getClaim(t, c.Name); got.Status.Phase != corev1.ClaimPending {
-		t.Errorf("clone phase %s, want Pending", got.Status.Phase)
+	missing := s.claim(t, testutil.NewPVC(s.ns, "clone-of-nothing").Class(class).DataSource(nil, "PersistentVolumeClaim", "no-such-claim"))
+	small := s.claim(t, testutil.NewPVC(s.ns, "clone-too-small").Class(class).Size("512Mi").DataSource(nil, "PersistentVolumeClaim", src.Name))
+	s.waitEvent(t, s.ns, string(missing.UID), event{corev1.EventTypeWarning, "ProvisioningFailed", []string{`error getting PVC no-such-claim (namespace "` + s.ns + `")`}})
+	s.waitEvent(t, s.ns, string(small.UID), event{corev1.EventTypeWarning, "ProvisioningFailed", []string{"new PVC request must be greater than or equal in size to the specified PVC data source"}})
+	for _, c := range []*corev1.PersistentVolumeClaim{missing, small} {
+		if got := s.getClaim(t, c.Name); got.Status.Phase != corev1.ClaimPending {
+			t.Errorf("clone %s phase %s, want Pending", c.Name, got.Status.Phase)
+		}
 	}
 }
 

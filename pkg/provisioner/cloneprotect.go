@@ -1,0 +1,163 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// indexClaimByCloneSource maps a clone to "namespace/name" of its source
+	// claim; claims that clone nothing take no entry.
+	indexClaimByCloneSource = "csi-provisioner.provisioner/clone-source"
+	// cloneProtectionQueueName names the workqueue in the workqueue metrics.
+	cloneProtectionQueueName = "cloning_protection"
+)
+
+func claimByCloneSource(obj interface{}) ([]string, error) {
+	claim, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, nil
+	}
+	if src := cloneSourceOf(claim); src != "" {
+		return []string{claim.Namespace + "/" + src}, nil
+	}
+	return nil, nil
+}
+
+// RunCloneProtection runs the cloning protection with the given number of
+// workers (at least one) until ctx is done, and returns after they stopped;
+// it returns at once when the driver does not report CLONE_VOLUME. The
+// shared informer factory must be started by the caller.
+//
+// It removes CloneFinalizer from a claim being deleted once no clone of it
+// is pending (phase Pending, in its namespace, through dataSource or
+// dataSourceRef). Upstream retries such a source with backoff while a clone
+// is pending; here every change of a clone queues its source, so the
+// finalizer goes as soon as the last clone is bound or deleted.
+func (p *Provisioner) RunCloneProtection(ctx context.Context, workers int) {
+	if !p.caps.CloneVolume {
+		return
+	}
+	logger := klog.FromContext(ctx).WithName("cloning-protection")
+	ctx = klog.NewContext(ctx, logger)
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: cloneProtectionQueueName})
+	defer queue.ShutDown()
+	enqueue := func(obj interface{}) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		claim, ok := obj.(*corev1.PersistentVolumeClaim)
+		if !ok {
+			return
+		}
+		if claim.DeletionTimestamp != nil && slices.Contains(claim.Finalizers, CloneFinalizer) {
+			queue.Add(claim.Namespace + "/" + claim.Name)
+		}
+		if src := cloneSourceOf(claim); src != "" {
+			queue.Add(claim.Namespace + "/" + src)
+		}
+	}
+	reg, err := p.claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	})
+	if err != nil {
+		logger.Error(err, "Cannot watch claims; the cloning protection does not run")
+		return
+	}
+	defer func() { _ = p.claimInf.RemoveEventHandler(reg) }()
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced, reg.HasSynced) {
+		return
+	}
+	logger.V(2).Info("Starting the cloning protection", "workers", workers)
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for p.processCloneSource(ctx, queue) {
+			}
+		})
+	}
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
+}
+
+// processCloneSource syncs one key: an error requeues it with backoff,
+// success forgets its backoff. It returns false when the queue shut down.
+func (p *Provisioner) processCloneSource(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) bool {
+	key, quit := queue.Get()
+	if quit {
+		return false
+	}
+	defer queue.Done(key)
+	if err := p.cloneSourceSync(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, "Cloning protection sync failed; retrying", "pvc", key)
+		queue.AddRateLimited(key)
+		return true
+	}
+	queue.Forget(key)
+	return true
+}
+
+// cloneSourceSync removes CloneFinalizer from the claim with key
+// namespace/name when it is being deleted and no clone of it is pending.
+func (p *Provisioner) cloneSourceSync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key of ours; retrying cannot help
+	}
+	claim, err := p.claims.PersistentVolumeClaims(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if claim.DeletionTimestamp == nil || !slices.Contains(claim.Finalizers, CloneFinalizer) {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
+	if pending := p.pendingClones(key); len(pending) > 0 {
+		logger.V(4).Info("Keeping the cloning protection: clones are pending", "clones", pending)
+		return nil
+	}
+	clone := claim.DeepCopy()
+	clone.Finalizers = slices.DeleteFunc(clone.Finalizers, func(f string) bool { return f == CloneFinalizer })
+	if _, err := p.client.CoreV1().PersistentVolumeClaims(namespace).Update(ctx, clone, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("remove finalizer %s: %w", CloneFinalizer, err)
+	}
+	logger.V(2).Info("Removed the cloning protection: no clone is pending")
+	return nil
+}
+
+// pendingClones returns the names, sorted, of the pending claims that clone
+// the claim with key namespace/name.
+func (p *Provisioner) pendingClones(key string) []string {
+	objs, err := p.claimInf.GetIndexer().ByIndex(indexClaimByCloneSource, key)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, o := range objs {
+		if c, ok := o.(*corev1.PersistentVolumeClaim); ok && (c.Status.Phase == corev1.ClaimPending || c.Status.Phase == "") {
+			names = append(names, c.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}

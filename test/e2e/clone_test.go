@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
+)
+
+// TestClone: a claim whose data source is a Bound claim is provisioned by
+// the hostpath driver from the source's volume; the source carries the
+// cloning-protection finalizer, and once deleted it stays as long as a
+// clone of it is Pending (here a clone too small to be provisioned, which
+// gets a Warning) and goes when that clone goes.
+func TestClone(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true})
+	sc := s.class("fs", nil)
+	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
+	_, srcPV := s.waitBound(src.Name)
+
+	clone := s.claim(testutil.NewPVC(s.ns, "copy").Class(sc.Name).Size("2Gi").DataSource(nil, "PersistentVolumeClaim", src.Name))
+	_, clonePV := s.waitBound(clone.Name)
+	vols, err := s.driver.ListVolumes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from string
+	for _, v := range vols {
+		if v.GetVolumeId() == clonePV.Spec.CSI.VolumeHandle {
+			from = v.GetContentSource().GetVolume().GetVolumeId()
+		}
+	}
+	if from != srcPV.Spec.CSI.VolumeHandle {
+		t.Errorf("the clone's volume was created from %q, want the source's %s", from, srcPV.Spec.CSI.VolumeHandle)
+	}
+	live := s.getClaim(src.Name)
+	if !slices.Contains(live.Finalizers, provisioner.CloneFinalizer) {
+		t.Errorf("source finalizers %v, want %s", live.Finalizers, provisioner.CloneFinalizer)
+	}
+
+	small := s.claim(testutil.NewPVC(s.ns, "too-small").Class(sc.Name).Size("512Mi").DataSource(nil, "PersistentVolumeClaim", src.Name))
+	s.waitEvent(s.ns, string(small.UID), corev1.EventTypeWarning, "ProvisioningFailed", "new PVC request must be greater than or equal in size")
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), src.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Once kube-controller-manager's protection controller has let the
+	// source go, only the cloning protection holds it: the pending clone
+	// keeps it.
+	testutil.Eventually(t, 0, "the source never lost its pvc-protection finalizer", func(ctx context.Context) (bool, error) {
+		c, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, src.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return c.DeletionTimestamp != nil && !slices.Contains(c.Finalizers, "kubernetes.io/pvc-protection"), nil
+	})
+	if got := s.getClaim(src.Name); !slices.Equal(got.Finalizers, []string{provisioner.CloneFinalizer}) {
+		t.Errorf("source being deleted with a clone pending: finalizers %v, want only %s", got.Finalizers, provisioner.CloneFinalizer)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), small.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the source stayed after its last pending clone went", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, src.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	s.deleteAndWaitGone(clone.Name, clonePV.Name)
+}
+
+// getClaim reads a claim of the stack's namespace from the API server.
+func (s *stack) getClaim(name string) *corev1.PersistentVolumeClaim {
+	s.t.Helper()
+	c, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(s.t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
