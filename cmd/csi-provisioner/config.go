@@ -193,7 +193,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.NodeDeploymentImmediateBinding, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node. (not implemented)")
 	fs.DurationVar(&c.NodeDeploymentBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding. (not implemented)")
 	fs.DurationVar(&c.NodeDeploymentMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding. (not implemented)")
-	fs.BoolVar(&c.Automaxprocs, "automaxprocs", false, "Automatically set GOMAXPROCS to match Linux container CPU quota. (not implemented: Go 1.25+ does this by default)")
+	fs.BoolVar(&c.Automaxprocs, "automaxprocs", false, "Automatically set GOMAXPROCS to match Linux container CPU quota. (Always done: the Go runtime of this build, 1.25 or later, sets GOMAXPROCS from the container's CPU limit unless GOMAXPROCS is set.)")
 
 	fs.Var(featureGateFlag{c.FeatureGates}, "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:\n"+strings.Join(c.FeatureGates.KnownFeatures(), "\n"))
 	logsapi.AddGoFlags(c.Logging, fs)
@@ -292,7 +292,6 @@ func (c *Config) Unimplemented() []string {
 		{"node-deployment-immediate-binding", c.set["node-deployment-immediate-binding"] && !c.NodeDeploymentImmediateBinding},
 		{"node-deployment-base-delay", c.NodeDeploymentBaseDelay != 20*time.Second},
 		{"node-deployment-max-delay", c.NodeDeploymentMaxDelay != 60*time.Second},
-		{"automaxprocs", c.Automaxprocs},
 		{"prevent-volume-mode-conversion", !c.PreventVolumeModeConversion},
 		{"feature-gates=CrossNamespaceVolumeDataSource", c.FeatureGates.Enabled(FeatureCrossNamespaceVolumeDataSource)},
 	} {
