@@ -292,7 +292,6 @@ func (c *Config) Unimplemented() []string {
 		{"node-deployment-immediate-binding", c.set["node-deployment-immediate-binding"] && !c.NodeDeploymentImmediateBinding},
 		{"node-deployment-base-delay", c.NodeDeploymentBaseDelay != 20*time.Second},
 		{"node-deployment-max-delay", c.NodeDeploymentMaxDelay != 60*time.Second},
-		{"prevent-volume-mode-conversion", !c.PreventVolumeModeConversion},
 		{"feature-gates=CrossNamespaceVolumeDataSource", c.FeatureGates.Enabled(FeatureCrossNamespaceVolumeDataSource)},
 	} {
 		if f.changed {

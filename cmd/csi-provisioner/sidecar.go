@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"os"
 	"sync"
 	"time"
@@ -52,6 +53,14 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes event client: %w", err)
 	}
+	// Custom resources are served as JSON only; the snapshot client has its
+	// own rate budget, as upstream's.
+	snapCfg := rest.CopyConfig(restCfg)
+	snapCfg.ContentType, snapCfg.AcceptContentTypes = "application/json", "application/json"
+	snapshots, err := snapclient.NewForConfig(snapCfg)
+	if err != nil {
+		return fmt.Errorf("create VolumeSnapshot client: %w", err)
+	}
 	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{Supersedes: supersededEvents})
 	go writer.Run(ctx)
 	client := newEventSplitClient(main, eventClient, writer)
@@ -96,6 +105,8 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		provisioner.WithEventRecorder(recorder),
 		provisioner.WithBinderEnabled(cfg.EnableBinder),
 		provisioner.WithVolumeAttributesClass(cfg.FeatureGates.Enabled(FeatureVolumeAttributesClass)),
+		provisioner.WithSnapshotClient(snapshots),
+		provisioner.WithPreventVolumeModeConversion(cfg.PreventVolumeModeConversion),
 	)
 	if err != nil {
 		return fmt.Errorf("create provisioner: %w", err)

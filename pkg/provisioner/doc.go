@@ -8,11 +8,11 @@
 // volume names, request and PV mapping, StorageClass parameters, secret
 // templates, annotations, topology rules, event reasons and error states.
 // Cloning from a claim follows upstream too, with its cloning-protection
-// finalizer on the source (see clone.go and RunCloneProtection). Restoring
-// from a VolumeSnapshot is not implemented yet (a final error says so); CSI
-// migration, distributed
-// (node) deployment, cross-namespace data sources and capacity tracking are
-// not part of this package.
+// finalizer on the source (see clone.go and RunCloneProtection), and so
+// does restoring from a VolumeSnapshot (snapshot.go; upstream's periodic
+// sweep of orphaned snapshot finalizers is not implemented). CSI
+// migration, distributed (node) deployment, cross-namespace data sources
+// and capacity tracking are not part of this package.
 //
 // # Error states
 //

@@ -3,6 +3,7 @@ package provisioner
 import (
 	"errors"
 	"fmt"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"math/rand/v2"
 	"strings"
 
@@ -55,6 +56,9 @@ type config struct {
 	binderEnabled             bool
 	volumeAttributesClass     bool
 	clock                     clock.Clock
+	// snapshots is the snapshot API client; nil refuses restores.
+	snapshots                   snapclient.Interface
+	preventVolumeModeConversion bool
 }
 
 func defaultConfig() config {
@@ -65,6 +69,8 @@ func defaultConfig() config {
 		binderEnabled:         DefaultBinderEnabled,
 		volumeAttributesClass: DefaultVolumeAttributesClass,
 		clock:                 clock.RealClock{},
+
+		preventVolumeModeConversion: true,
 	}
 }
 

@@ -89,6 +89,11 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 			return nil, controller.ProvisioningNoChange, err
 		}
 	}
+	if pl.snapshot != "" {
+		if err := p.protectSnapshot(ctx, cur.Namespace, pl.snapshot); err != nil {
+			return nil, controller.ProvisioningNoChange, err
+		}
+	}
 	if err := p.addInflight(ctx, cur); err != nil {
 		if errors.Is(err, errClaimGone) {
 			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: msgClaimDeletingNoInflight}
@@ -107,6 +112,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	vol, err := p.driver.CreateVolume(ctx, pl.req)
 	if err != nil {
 		state, err := p.createFailed(ctx, claim, opts.SelectedNodeName, err)
+		if state != controller.ProvisioningInBackground {
+			p.releaseSnapshotOf(ctx, claim, pl)
+		}
 		logger.V(2).Info("Volume not provisioned", "volumeName", pl.req.GetName(), "state", state, "code", csiclient.Code(err), "err", err, "duration", time.Since(start))
 		return nil, state, err
 	}
@@ -123,6 +131,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	}
 
 	pv := p.persistentVolume(claim, class, pl, vol, capacity)
+	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)
 	p.attempts.forget(claim.UID)
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
@@ -207,4 +216,17 @@ func (p *Provisioner) tooSmall(ctx context.Context, claim *corev1.PersistentVolu
 func isIgnoredError(err error) bool {
 	var ignored *controller.IgnoredError
 	return errors.As(err, &ignored)
+}
+
+// releaseSnapshotOf removes the source protection from the snapshot a
+// claim is restored from, once no CreateVolume for it is in flight. A
+// failure only logs: the finalizer then stays until a later attempt removes
+// it or the snapshot's owner does.
+func (p *Provisioner) releaseSnapshotOf(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan) {
+	if pl.snapshot == "" {
+		return
+	}
+	if err := p.releaseSnapshot(ctx, claim.Namespace, pl.snapshot); err != nil {
+		klog.FromContext(ctx).Error(err, "Could not remove the snapshot's source protection", "snapshot", klog.KRef(claim.Namespace, pl.snapshot))
+	}
 }

@@ -31,11 +31,6 @@ const (
 	snapshotAPIGroup   = "snapshot.storage.k8s.io"
 )
 
-// ErrSnapshotNotSupported is the final error for a claim restored from a
-// VolumeSnapshot, which this version does not provision from: only a change
-// of the claim can help.
-var ErrSnapshotNotSupported = errors.New("restoring from a VolumeSnapshot is not supported by this provisioner yet")
-
 // plan is a CreateVolume request and what the PV is made of besides the
 // driver's answer.
 type plan struct {
@@ -48,6 +43,8 @@ type plan struct {
 	topologyCached bool
 	// cloneOf names the source claim of a clone, "" for none.
 	cloneOf string
+	// snapshot names the VolumeSnapshot restored from, "" for none.
+	snapshot string
 }
 
 // prepare validates claim and class and builds the CreateVolume request for
@@ -68,12 +65,25 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 	if class == nil {
 		return nil, controller.ProvisioningFinished, errors.New("storage class was nil")
 	}
-	cloneOf, err := p.checkDataSource(claim, check)
+	source, err := p.checkDataSource(claim, check)
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
-	if cloneOf != "" && !p.caps.CloneVolume {
-		return nil, controller.ProvisioningFinished, errors.New("CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported")
+	var cloneOf, snapshot string
+	switch source.kind {
+	case kindClaim:
+		cloneOf = source.name
+		if !p.caps.CloneVolume {
+			return nil, controller.ProvisioningFinished, errors.New("CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported")
+		}
+	case kindVolumeSnapshot:
+		snapshot = source.name
+		if !p.caps.CreateDeleteSnapshot {
+			return nil, controller.ProvisioningFinished, errors.New("CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported")
+		}
+		if p.cfg.snapshots == nil {
+			return nil, controller.ProvisioningFinished, errNoSnapshotClient
+		}
 	}
 	var vacName string
 	if p.cfg.volumeAttributesClass && claim.Spec.VolumeAttributesClassName != nil {
@@ -107,7 +117,7 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		return nil, controller.ProvisioningNoChange, err
 	}
 
-	pl := &plan{fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf}
+	pl := &plan{fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf, snapshot: snapshot}
 	requirement, cached := p.topologies.get(claim.UID)
 	if cached {
 		pl.topologyCached = true
@@ -156,14 +166,25 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		}
 		pl.req.VolumeContentSource = src
 	}
+	if snapshot != "" {
+		src, err := p.snapshotContentSource(ctx, claim, class, snapshot)
+		if err != nil {
+			return nil, controller.ProvisioningNoChange, fmt.Errorf("error getting handle for DataSource Type %s by Name %s: %w", kindVolumeSnapshot, snapshot, err)
+		}
+		pl.req.VolumeContentSource = src
+	}
 	return pl, controller.ProvisioningNoChange, nil
 }
 
-// checkDataSource accepts a claim without a data source, returns the name
-// of the source claim of a clone and rejects the kinds this version does not
-// provision from. Another kind belongs to an external populator: the claim
-// is ignored, with upstream's Normal event (not in check mode).
-func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) (string, error) {
+// dataSource is the claim's data source this provisioner provisions from:
+// kind kindClaim or kindVolumeSnapshot, or the zero value for none.
+type dataSource struct{ kind, name string }
+
+// checkDataSource accepts a claim without a data source, returns a clone's
+// or restore's source and rejects what cannot be one. Another kind belongs
+// to an external populator: the claim is ignored, with upstream's Normal
+// event (not in check mode).
+func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) (dataSource, error) {
 	var kind, name, group string
 	switch ds, ref := claim.Spec.DataSource, claim.Spec.DataSourceRef; {
 	case ds != nil:
@@ -173,31 +194,31 @@ func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check
 		}
 	case ref != nil:
 		if ref.Namespace != nil && *ref.Namespace != "" {
-			return "", errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
+			return dataSource{}, errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
 		}
 		kind, name = ref.Kind, ref.Name
 		if ref.APIGroup != nil {
 			group = *ref.APIGroup
 		}
 	default:
-		return "", nil
+		return dataSource{}, nil
 	}
 	if name == "" {
-		return "", fmt.Errorf("the PVC source not found for PVC %s", claim.Name)
+		return dataSource{}, fmt.Errorf("the PVC source not found for PVC %s", claim.Name)
 	}
 	switch kind {
 	case kindVolumeSnapshot:
 		if group != snapshotAPIGroup {
-			return "", fmt.Errorf("the PVC source does not belong to the right APIGroup. Expected %s, Got %s", snapshotAPIGroup, group)
+			return dataSource{}, fmt.Errorf("the PVC source does not belong to the right APIGroup. Expected %s, Got %s", snapshotAPIGroup, group)
 		}
-		return "", ErrSnapshotNotSupported
+		return dataSource{kindVolumeSnapshot, name}, nil
 	case kindClaim:
-		return name, nil
+		return dataSource{kindClaim, name}, nil
 	}
 	if !check {
 		p.recorder.Event(claim, corev1.EventTypeNormal, reasonProvisioning, msgPopulator)
 	}
-	return "", &controller.IgnoredError{
+	return dataSource{}, &controller.IgnoredError{
 		Reason: fmt.Sprintf("data source (%s) is not handled by the provisioner, assuming an external populator will provision it", kind),
 	}
 }

@@ -290,8 +290,8 @@ func TestStripReserved(t *testing.T) {
 	}
 }
 
-// TestDataSources covers upstream's data source handling and the
-// unsupported restore of this version (clones: TestClone).
+// TestDataSources covers upstream's data source handling (clones:
+// TestClone, restores: TestRestore).
 func TestDataSources(t *testing.T) {
 	snapGroup := snapshotAPIGroup
 	otherGroup := "populators.example.com"
@@ -318,7 +318,7 @@ func TestDataSources(t *testing.T) {
 			wantEvent: "Normal Provisioning Assuming an external populator will provision the volume",
 		},
 		{name: "clone with a driver without CLONE_VOLUME", claim: newClaim("c").DataSource(nil, "PersistentVolumeClaim", "src").Obj(), wantErr: "CSI driver does not support clone operations"},
-		{name: "snapshot", claim: newClaim("c").DataSource(&snapGroup, "VolumeSnapshot", "snap").Obj(), wantErr: ErrSnapshotNotSupported.Error()},
+		{name: "snapshot with a driver without CREATE_DELETE_SNAPSHOT", claim: newClaim("c").DataSource(&snapGroup, "VolumeSnapshot", "snap").Obj(), wantErr: "CSI driver does not support snapshot restore"},
 		{
 			name: "snapshot of another group", claim: newClaim("c").DataSource(&otherGroup, "VolumeSnapshot", "snap").Obj(),
 			wantErr: "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got populators.example.com",

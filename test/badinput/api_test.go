@@ -95,6 +95,15 @@ func apiRows() []apiRow {
 			want: event{corev1.EventTypeNormal, "Provisioning", []string{"Assuming an external populator will provision the volume"}},
 		},
 		{
+			// This control plane serves no snapshot API: the lookup fails.
+			name: "data-source-snapshot-not-found",
+			claim: func(b *testutil.PVCBuilder) {
+				group := "snapshot.storage.k8s.io"
+				b.DataSource(&group, "VolumeSnapshot", "no-such-snapshot")
+			},
+			want: warning("error getting handle for DataSource Type VolumeSnapshot by Name no-such-snapshot", "error getting snapshot no-such-snapshot from api server"),
+		},
+		{
 			name:       "data-source-claim-clone-invalid",
 			custom:     cloneRow,
 			newVolumes: 1, // the source

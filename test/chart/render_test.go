@@ -41,6 +41,8 @@ var wantClusterRules = []rbacv1.PolicyRule{
 	rule("storage.k8s.io", "volumeattributesclasses", "get"),
 	rule("", "secrets", "get"),
 	rule("", "pods", "list", "watch"),
+	rule("snapshot.storage.k8s.io", "volumesnapshots", "get", "update"),
+	rule("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
 }
 
 // wantLeaseRules are the namespaced permissions: leader election's Lease.

@@ -1,0 +1,223 @@
+package provisioner
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+)
+
+func snapshotCaps() csiclient.Capabilities {
+	c := baseCaps()
+	c.CreateDeleteSnapshot = true
+	return c
+}
+
+// readySnapshot is a VolumeSnapshot "snap" of testNS bound to content
+// "content-1" of the test driver with handle "snap-handle", 1Gi.
+func readySnapshot() (*snapv1.VolumeSnapshot, *snapv1.VolumeSnapshotContent) {
+	snap := &snapv1.VolumeSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "snap", UID: types.UID("uid-snap")},
+		Status: &snapv1.VolumeSnapshotStatus{
+			BoundVolumeSnapshotContentName: ptr.To("content-1"),
+			ReadyToUse:                     ptr.To(true),
+			RestoreSize:                    ptr.To(resource.MustParse("1Gi")),
+		},
+	}
+	fs := corev1.PersistentVolumeFilesystem
+	content := &snapv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: "content-1"},
+		Spec: snapv1.VolumeSnapshotContentSpec{
+			VolumeSnapshotRef: corev1.ObjectReference{Namespace: testNS, Name: "snap", UID: snap.UID},
+			Driver:            testDriver,
+			SourceVolumeMode:  &fs,
+		},
+		Status: &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr.To("snap-handle")},
+	}
+	return snap, content
+}
+
+func restoreOf(name string) *corev1.PersistentVolumeClaim {
+	group := snapshotAPIGroup
+	return newClaim("restored").DataSource(&group, kindVolumeSnapshot, name).Obj()
+}
+
+func TestRestore(t *testing.T) {
+	tests := []struct {
+		name    string
+		caps    csiclient.Capabilities
+		claim   *corev1.PersistentVolumeClaim
+		edit    func(*snapv1.VolumeSnapshot, *snapv1.VolumeSnapshotContent)
+		noSnap  bool
+		noClnt  bool
+		prevent *bool
+		// createErr makes CreateVolume fail with this code.
+		createErr     codes.Code
+		wantState     controller.ProvisioningState
+		wantErr       string
+		wantFinalizer bool // on the snapshot afterwards
+	}{
+		{name: "restore: the snapshot's handle is the content source, protection removed after", wantState: controller.ProvisioningFinished},
+		{
+			name: "a bigger claim than the restore size", claim: newClaim("restored").Size("5Gi").DataSource(ptr.To(snapshotAPIGroup), kindVolumeSnapshot, "snap").Obj(),
+			wantState: controller.ProvisioningFinished,
+		},
+		{name: "a driver without CREATE_DELETE_SNAPSHOT", caps: baseCaps(), wantState: controller.ProvisioningFinished, wantErr: "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"},
+		{name: "no snapshot client", noClnt: true, wantState: controller.ProvisioningFinished, wantErr: errNoSnapshotClient.Error()},
+		{name: "snapshot missing", noSnap: true, wantState: controller.ProvisioningNoChange, wantErr: "error getting handle for DataSource Type VolumeSnapshot by Name snap: error getting snapshot snap from api server"},
+		{
+			name: "snapshot being deleted", wantState: controller.ProvisioningNoChange, wantErr: "snapshot snap is being deleted",
+			edit: func(s *snapv1.VolumeSnapshot, _ *snapv1.VolumeSnapshotContent) {
+				s.DeletionTimestamp = ptr.To(metav1.Now())
+			},
+		},
+		{
+			name: "snapshot being deleted after a restore started: it goes on", wantState: controller.ProvisioningFinished,
+			edit: func(s *snapv1.VolumeSnapshot, _ *snapv1.VolumeSnapshotContent) {
+				s.DeletionTimestamp = ptr.To(metav1.Now())
+				s.Finalizers = []string{SnapshotFinalizer, "other"}
+			},
+		},
+		{
+			name: "snapshot not bound", wantState: controller.ProvisioningNoChange, wantErr: "snapshot snap not bound",
+			edit: func(s *snapv1.VolumeSnapshot, _ *snapv1.VolumeSnapshotContent) {
+				s.Status.BoundVolumeSnapshotContentName = nil
+			},
+		},
+		{
+			name: "content missing", wantState: controller.ProvisioningNoChange, wantErr: "error getting snapshotcontent content-2 for snapshot snap",
+			edit: func(s *snapv1.VolumeSnapshot, _ *snapv1.VolumeSnapshotContent) {
+				s.Status.BoundVolumeSnapshotContentName = ptr.To("content-2")
+			},
+		},
+		{
+			name: "content of another snapshot", wantState: controller.ProvisioningNoChange, wantErr: "snapshotcontent content-1 for snapshot snap is bound to a different snapshot",
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
+				c.Spec.VolumeSnapshotRef.UID = "uid-old"
+			},
+		},
+		{
+			name: "content of another driver", wantState: controller.ProvisioningNoChange, wantErr: "snapshotcontent content-1 for snapshot snap is not handled by CSI driver of StorageClass sc",
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) { c.Spec.Driver = "other.csi" },
+		},
+		{
+			name: "not ready", wantState: controller.ProvisioningNoChange, wantErr: "snapshot snap is not Ready",
+			edit: func(s *snapv1.VolumeSnapshot, _ *snapv1.VolumeSnapshotContent) { s.Status.ReadyToUse = ptr.To(false) },
+		},
+		{
+			name: "no handle", wantState: controller.ProvisioningNoChange, wantErr: "snapshot handle snap is not available",
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) { c.Status.SnapshotHandle = nil },
+		},
+		{
+			name: "restore size over the request", wantState: controller.ProvisioningNoChange, wantErr: "requested volume size 1073741824 is less than the size 2147483648 for the source snapshot snap",
+			edit: func(s *snapv1.VolumeSnapshot, _ *snapv1.VolumeSnapshotContent) {
+				s.Status.RestoreSize = ptr.To(resource.MustParse("2Gi"))
+			},
+		},
+		{
+			name: "a Block source restored as Filesystem, not allowed", wantState: controller.ProvisioningNoChange,
+			wantErr: "modifies the mode of the source volume but does not have permission to do so. snapshot.storage.kubernetes.io/allow-volume-mode-change annotation is not present on snapshotcontent content-1",
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
+				c.Spec.SourceVolumeMode = ptr.To(corev1.PersistentVolumeBlock)
+			},
+		},
+		{
+			name: "a mode change the content allows", wantState: controller.ProvisioningFinished,
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
+				c.Spec.SourceVolumeMode = ptr.To(corev1.PersistentVolumeBlock)
+				c.Annotations = map[string]string{annAllowVolumeModeChange: "true"}
+			},
+		},
+		{
+			name: "a mode change the content forbids", wantState: controller.ProvisioningNoChange, wantErr: "allow-volume-mode-change is set to false on snapshotcontent content-1",
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
+				c.Spec.SourceVolumeMode = ptr.To(corev1.PersistentVolumeBlock)
+				c.Annotations = map[string]string{annAllowVolumeModeChange: "false"}
+			},
+		},
+		{
+			name: "a mode change with --prevent-volume-mode-conversion=false", prevent: ptr.To(false), wantState: controller.ProvisioningFinished,
+			edit: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
+				c.Spec.SourceVolumeMode = ptr.To(corev1.PersistentVolumeBlock)
+			},
+		},
+		{name: "a final CreateVolume error releases the snapshot", createErr: codes.NotFound, wantState: controller.ProvisioningFinished, wantErr: "NotFound"},
+		{name: "a CreateVolume that may still run keeps it protected", createErr: codes.DeadlineExceeded, wantState: controller.ProvisioningInBackground, wantErr: "DeadlineExceeded", wantFinalizer: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap, content := readySnapshot()
+			if tt.edit != nil {
+				tt.edit(snap, content)
+			}
+			var snapObjs []runtime.Object
+			if !tt.noSnap {
+				snapObjs = append(snapObjs, snap)
+			}
+			snapObjs = append(snapObjs, content)
+			snaps := snapfake.NewSimpleClientset(snapObjs...) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+			claim := tt.claim
+			if claim == nil {
+				claim = restoreOf("snap")
+			}
+			caps := tt.caps
+			if caps.DriverName == "" {
+				caps = snapshotCaps()
+			}
+			var opts []Option
+			if !tt.noClnt {
+				opts = append(opts, WithSnapshotClient(snaps))
+			}
+			if tt.prevent != nil {
+				opts = append(opts, WithPreventVolumeModeConversion(*tt.prevent))
+			}
+			class := newClass().Obj()
+			h := newHarness(t, caps, objs(claim, class), opts...)
+			if tt.createErr != codes.OK {
+				h.driver.createAnswers = []createAnswer{{err: csiErr(tt.createErr)}}
+			}
+			pv, state, err := h.provision(claim, class)
+			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
+				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)
+			}
+			creates := h.driver.createCalls()
+			if tt.wantErr != "" && tt.createErr == codes.OK {
+				if pv != nil || len(creates) != 0 {
+					t.Errorf("a refused restore gave a PV (%v) or %d CreateVolume calls", pv != nil, len(creates))
+				}
+				return
+			}
+			if len(creates) != 1 || creates[0].GetVolumeContentSource().GetSnapshot().GetSnapshotId() != "snap-handle" {
+				t.Fatalf("CreateVolume calls %v, want one from snapshot snap-handle", creates)
+			}
+			var updates int
+			for _, a := range snaps.Actions() {
+				if a.GetVerb() == "update" && a.GetResource().Resource == "volumesnapshots" {
+					updates++
+				}
+			}
+			live, err := snaps.SnapshotV1().VolumeSnapshots(testNS).Get(t.Context(), "snap", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(live.Finalizers, SnapshotFinalizer); got != tt.wantFinalizer {
+				t.Errorf("snapshot finalizers %v after %d updates; want %s: %v", live.Finalizers, updates, SnapshotFinalizer, tt.wantFinalizer)
+			}
+			if updates == 0 && !slices.Contains(snap.Finalizers, SnapshotFinalizer) {
+				t.Errorf("the snapshot was never protected")
+			}
+		})
+	}
+}

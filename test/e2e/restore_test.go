@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
+)
+
+// TestRestoreFromSnapshot: the hostpath driver snapshots a provisioned
+// volume; the test plays the snapshot-controller (the VolumeSnapshot CRDs
+// of external-snapshotter, a pre-provisioned content, ready statuses); a
+// claim with that VolumeSnapshot as data source is provisioned by the
+// sidecar from the snapshot's handle, and the snapshot's source protection
+// is gone once the volume exists. A claim asking for less than the
+// snapshot's restore size gets a Warning and no volume.
+func TestRestoreFromSnapshot(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true})
+	ctx := t.Context()
+	cfg := s.cp.AdminConfig()
+	if err := e2e.InstallSnapshotCRDs(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.class("fs", nil)
+	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
+	_, srcPV := s.waitBound(src.Name)
+	handle, size, err := s.driver.CreateSnapshot(ctx, srcPV.Spec.CSI.VolumeHandle, s.ns+"-snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e2e.CreateReadySnapshot(ctx, snaps, s.ns, "snap", s.driver.Name, handle, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e2e.DeleteSnapshot(context.WithoutCancel(ctx), snaps, s.ns, snap.Name) })
+
+	group := "snapshot.storage.k8s.io"
+	restored := s.claim(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("2Gi").DataSource(&group, "VolumeSnapshot", snap.Name))
+	_, pv := s.waitBound(restored.Name)
+	vols, err := s.driver.ListVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from string
+	for _, v := range vols {
+		if v.GetVolumeId() == pv.Spec.CSI.VolumeHandle {
+			from = v.GetContentSource().GetSnapshot().GetSnapshotId()
+		}
+	}
+	if from != handle {
+		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
+	}
+	testutil.Eventually(t, 0, "the snapshot kept its source protection after the restore", func(ctx context.Context) (bool, error) {
+		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, snap.Name, metav1.GetOptions{})
+		return err == nil && !slices.Contains(got.Finalizers, provisioner.SnapshotFinalizer), err
+	})
+
+	small := s.claim(testutil.NewPVC(s.ns, "too-small").Class(sc.Name).Size("512Mi").DataSource(&group, "VolumeSnapshot", snap.Name))
+	s.waitEvent(s.ns, string(small.UID), corev1.EventTypeWarning, "ProvisioningFailed", "is less than the size "+strconv.FormatInt(size, 10))
+	if got := s.getClaim(small.Name); got.Status.Phase != corev1.ClaimPending || got.Spec.VolumeName != "" {
+		t.Errorf("too small restore: phase %s, volumeName %q; want Pending, none", got.Status.Phase, got.Spec.VolumeName)
+	}
+
+	// The hostpath driver keeps a volume that has snapshots: delete the
+	// snapshot first.
+	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{small.Name, src.Name} {
+		if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.deleteAndWaitGone(restored.Name, pv.Name)
+	s.waitGone(src.Name, srcPV.Name)
+}
