@@ -181,7 +181,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.EnablePprof, "enable-profiling", false, "Alias of --enable-pprof.")
 
 	fs.IntVar(&c.CloningProtectionThreads, "cloning-protection-threads", 1, "Number of simultaneously running threads, handling cloning finalizer removal.")
-	fs.DurationVar(&c.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", 5*time.Minute, "Interval of the sweep for orphaned VolumeSnapshot finalizers. (not implemented)")
+	fs.DurationVar(&c.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", 5*time.Minute, "Interval of the sweep for orphaned VolumeSnapshot finalizers; 0 disables it.")
 	fs.IntVar(&c.CapacityThreads, "capacity-threads", 1, "Number of simultaneously running threads, handling CSIStorageCapacity objects. (not implemented)")
 	fs.Float64Var(&c.KubeAPICapacityQPS, "kube-api-capacity-qps", 1, "QPS to use for storage capacity updates. (not implemented)")
 	fs.IntVar(&c.KubeAPICapacityBurst, "kube-api-capacity-burst", 5, "Burst to use for storage capacity updates. (not implemented)")
@@ -243,6 +243,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--csi-connect-timeout must be positive, got %s", c.CSIConnectTimeout)
 	case c.WorkerThreads < 1:
 		return fmt.Errorf("--worker-threads must be at least 1, got %d", c.WorkerThreads)
+	case c.SnapshotOrphanSweepInterval < 0:
+		return fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative (0 disables the sweep), got %s", c.SnapshotOrphanSweepInterval)
 	case c.CloningProtectionThreads < 1:
 		return fmt.Errorf("--cloning-protection-threads must be at least 1, got %d", c.CloningProtectionThreads)
 	case c.BinderWorkers < 1:
@@ -280,7 +282,6 @@ func (c *Config) Unimplemented() []string {
 		name    string
 		changed bool
 	}{
-		{"snapshot-orphan-sweep-interval", c.SnapshotOrphanSweepInterval != 5*time.Minute},
 		{"capacity-threads", c.CapacityThreads != 1},
 		{"kube-api-capacity-qps", c.KubeAPICapacityQPS != 1},
 		{"kube-api-capacity-burst", c.KubeAPICapacityBurst != 5},

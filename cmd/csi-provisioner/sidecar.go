@@ -167,6 +167,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		}
 		wg.Go(func() { prov.RunGuard(ctx, 1) })
 		wg.Go(func() { prov.RunCloneProtection(ctx, cfg.CloningProtectionThreads) })
+		wg.Go(func() { prov.RunSnapshotSweep(ctx, cfg.SnapshotOrphanSweepInterval) })
 		health.add("informers", func(context.Context) error {
 			for name, synced := range map[string]func() bool{"provisioner": prov.HasSynced, "binder": hasSynced(bnd)} {
 				if !synced() {

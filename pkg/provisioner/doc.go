@@ -9,8 +9,8 @@
 // templates, annotations, topology rules, event reasons and error states.
 // Cloning from a claim follows upstream too, with its cloning-protection
 // finalizer on the source (see clone.go and RunCloneProtection), and so
-// does restoring from a VolumeSnapshot (snapshot.go; upstream's periodic
-// sweep of orphaned snapshot finalizers is not implemented). CSI
+// does restoring from a VolumeSnapshot (snapshot.go, with the periodic sweep
+// of orphaned snapshot finalizers in RunSnapshotSweep). CSI
 // migration, distributed (node) deployment, cross-namespace data sources
 // and capacity tracking are not part of this package.
 //

@@ -9,10 +9,12 @@ import (
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -219,5 +221,62 @@ func TestRestore(t *testing.T) {
 				t.Errorf("the snapshot was never protected")
 			}
 		})
+	}
+}
+
+func TestSnapshotSweep(t *testing.T) {
+	group := ptr.To(snapshotAPIGroup)
+	protected := func(ns, name string, finalizers ...string) *snapv1.VolumeSnapshot {
+		return &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Finalizers: append([]string{SnapshotFinalizer}, finalizers...)}}
+	}
+	restoring := func(name, snap string, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+		return newClaim(name).DataSource(group, kindVolumeSnapshot, snap).Phase(phase).Obj()
+	}
+	refOnly := restoring("ref-only", "b", corev1.ClaimPending)
+	refOnly.Spec.DataSource = nil
+	otherGroup := restoring("other-group", "e", corev1.ClaimPending)
+	otherGroup.Spec.DataSource.APIGroup = ptr.To("example.com")
+	otherGroup.Spec.DataSourceRef.APIGroup = ptr.To("example.com")
+
+	snaps := snapfake.NewSimpleClientset( //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+		protected(testNS, "a"),          // a pending restore: kept
+		protected(testNS, "b"),          // a pending restore through dataSourceRef: kept
+		protected(testNS, "c", "other"), // its restore is Bound: removed, "other" kept
+		protected(testNS, "d"),          // no claim: removed
+		protected(testNS, "e"),          // only a claim of another API group: removed
+		protected("elsewhere", "a"),     // a pending claim of another namespace: removed
+		&snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "f", Finalizers: []string{"other"}}}, // not ours: untouched
+	)
+	claims := objs(restoring("r-a", "a", corev1.ClaimPending), refOnly, restoring("r-c", "c", corev1.ClaimBound), otherGroup)
+	h := newHarness(t, snapshotCaps(), claims, WithSnapshotClient(snaps))
+	if err := h.p.sweepSnapshots(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		testNS + "/a": {SnapshotFinalizer}, testNS + "/b": {SnapshotFinalizer}, testNS + "/c": {"other"},
+		testNS + "/d": nil, testNS + "/e": nil, "elsewhere/a": nil, testNS + "/f": {"other"},
+	}
+	list, err := snaps.SnapshotV1().VolumeSnapshots("").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Items {
+		key := s.Namespace + "/" + s.Name
+		if got := s.Finalizers; !slices.Equal(got, want[key]) {
+			t.Errorf("snapshot %s finalizers %v, want %v", key, got, want[key])
+		}
+	}
+}
+
+// TestSnapshotSweepWithoutSnapshotAPI: a cluster that serves no snapshot
+// API has nothing to sweep and no error to report.
+func TestSnapshotSweepWithoutSnapshotAPI(t *testing.T) {
+	snaps := snapfake.NewSimpleClientset() //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+	snaps.PrependReactor("list", "volumesnapshots", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(snapv1.Resource("volumesnapshots"), "")
+	})
+	h := newHarness(t, snapshotCaps(), nil, WithSnapshotClient(snaps))
+	if err := h.p.sweepSnapshots(h.ctx); err != nil {
+		t.Errorf("sweep without the snapshot API: %v", err)
 	}
 }

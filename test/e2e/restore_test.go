@@ -9,6 +9,7 @@ import (
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -21,9 +22,10 @@ import (
 // claim with that VolumeSnapshot as data source is provisioned by the
 // sidecar from the snapshot's handle, and the snapshot's source protection
 // is gone once the volume exists. A claim asking for less than the
-// snapshot's restore size gets a Warning and no volume.
+// snapshot's restore size gets a Warning and no volume. Once that claim is
+// deleted, the sweep removes a source protection left on the snapshot.
 func TestRestoreFromSnapshot(t *testing.T) {
-	s := newStack(t, stackConfig{memory: true})
+	s := newStack(t, stackConfig{memory: true, sidecarArgs: []string{"--snapshot-orphan-sweep-interval=1s"}})
 	ctx := t.Context()
 	cfg := s.cp.AdminConfig()
 	if err := e2e.InstallSnapshotCRDs(ctx, cfg); err != nil {
@@ -73,15 +75,35 @@ func TestRestoreFromSnapshot(t *testing.T) {
 		t.Errorf("too small restore: phase %s, volumeName %q; want Pending, none", got.Status.Phase, got.Spec.VolumeName)
 	}
 
+	// An orphaned source protection (as a crash would leave it): the sweep
+	// removes it, since no pending claim restores from the snapshot.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, snap.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.Finalizers = append(got.Finalizers, provisioner.SnapshotFinalizer)
+		_, err = snaps.SnapshotV1().VolumeSnapshots(s.ns).Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, small.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the sweep left an orphaned source protection", func(ctx context.Context) (bool, error) {
+		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, snap.Name, metav1.GetOptions{})
+		return err == nil && !slices.Contains(got.Finalizers, provisioner.SnapshotFinalizer), err
+	})
+
 	// The hostpath driver keeps a volume that has snapshots: delete the
 	// snapshot first.
 	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{small.Name, src.Name} {
-		if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, src.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	s.deleteAndWaitGone(restored.Name, pv.Name)
 	s.waitGone(src.Name, srcPV.Name)

@@ -1,0 +1,98 @@
+package provisioner
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+)
+
+// RunSnapshotSweep removes SnapshotFinalizer, every interval, from the
+// VolumeSnapshots that no pending claim restores from: upstream's sweep of
+// orphaned finalizers (--snapshot-orphan-sweep-interval). Provision already
+// removes the finalizer after a restore; the sweep catches what a crash or
+// a deleted claim left behind, which would otherwise block the snapshot's
+// deletion. It returns when ctx is done, and at once when interval is not
+// positive, the driver does not report CREATE_DELETE_SNAPSHOT or there is
+// no snapshot client.
+func (p *Provisioner) RunSnapshotSweep(ctx context.Context, interval time.Duration) {
+	if interval <= 0 || !p.caps.CreateDeleteSnapshot || p.cfg.snapshots == nil {
+		return
+	}
+	logger := klog.FromContext(ctx).WithName("snapshot-sweep")
+	ctx = klog.NewContext(ctx, logger)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !p.HasSynced() {
+				continue
+			}
+			if err := p.sweepSnapshots(ctx); err != nil {
+				logger.Error(err, "Snapshot finalizer sweep failed; the next one retries")
+			}
+		}
+	}
+}
+
+// sweepSnapshots runs one sweep. An API server that serves no snapshot API
+// has nothing to sweep.
+func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	list, err := p.cfg.snapshots.SnapshotV1().VolumeSnapshots("").List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		logger.V(4).Info("The snapshot API is not served; nothing to sweep")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range list.Items {
+		snap := &list.Items[i]
+		if !slices.Contains(snap.Finalizers, SnapshotFinalizer) || p.restorePending(snap.Namespace, snap.Name) {
+			continue
+		}
+		if err := p.releaseSnapshot(ctx, snap.Namespace, snap.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		logger.V(2).Info("Removed an orphaned source protection", "snapshot", klog.KObj(snap))
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// restorePending reports whether a claim of namespace that restores from
+// the snapshot name is still pending (a claim being deleted with a create
+// in flight stays pending too).
+func (p *Provisioner) restorePending(namespace, name string) bool {
+	claims, err := p.claims.PersistentVolumeClaims(namespace).List(labels.Everything())
+	if err != nil {
+		return true // keep the protection when unsure
+	}
+	return slices.ContainsFunc(claims, func(c *corev1.PersistentVolumeClaim) bool {
+		if c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "" {
+			return false
+		}
+		var kind, source string
+		var group *string
+		switch ds, ref := c.Spec.DataSource, c.Spec.DataSourceRef; {
+		case ds != nil:
+			kind, source, group = ds.Kind, ds.Name, ds.APIGroup
+		case ref != nil && (ref.Namespace == nil || *ref.Namespace == ""):
+			kind, source, group = ref.Kind, ref.Name, ref.APIGroup
+		}
+		return kind == kindVolumeSnapshot && source == name && group != nil && *group == snapshotAPIGroup
+	})
+}
