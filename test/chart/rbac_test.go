@@ -154,7 +154,9 @@ func (s *rbacStack) sidecarArgs(m manifest) []string {
 	if !slices.Contains(args, "--leader-election=true") || !slices.Contains(args, "--leader-election-namespace="+s.ns) {
 		s.t.Fatalf("the chart's sidecar args %q lack leader election in %s", args, s.ns)
 	}
-	return append(args, "--retry-interval-max=5s", "-v=4")
+	// A short sweep interval, so that the sweep's list of VolumeSnapshots
+	// runs within a test.
+	return append(args, "--retry-interval-max=5s", "-v=4", "--snapshot-orphan-sweep-interval=1s")
 }
 
 // toObject encodes a typed object as a rendered object.
@@ -332,6 +334,9 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatalf("build the sidecar and the driver: %v", err)
 	}
+	if err := e2e.InstallSnapshotCRDs(t.Context(), cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("chart rules", func(t *testing.T) {
 		s := startUnderChartRBAC(t, cp, bins, "full", nil)
@@ -379,6 +384,10 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			return err == nil && got.Status.Phase == corev1.VolumeReleased, err
 		})
 
+		// A restore from a VolumeSnapshot: its reads and the source
+		// protection, and the sweep's list.
+		s.checkRestored(s.restore())
+
 		// Leader election used the Role in the release's namespace.
 		leases, err := c.CoordinationV1().Leases(s.ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil || len(leases.Items) != 1 {
@@ -419,8 +428,8 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		verb     string
 		// unbound: without this rule the claim can never become Bound.
 		unbound bool
-		// claim is the claim to create: "dynamic", or "static" (it names a
-		// static volume).
+		// claim is the claim to create: "dynamic", "static" (it names a
+		// static volume) or "restore" (from a VolumeSnapshot).
 		claim string
 	}{
 		{"pv-create", "ClusterRole", "persistentvolumes", "create", true, "dynamic"},
@@ -434,6 +443,11 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"attachments", "ClusterRole", "volumeattachments", "watch", false, "dynamic"},
 		{"events", "ClusterRole", "events", "create", false, "dynamic"},
 		{"leases", "Role", "leases", "create", true, "dynamic"},
+		{"snapshots", "ClusterRole", "volumesnapshots", "get", true, "restore"},
+		{"snapshotcontents", "ClusterRole", "volumesnapshotcontents", "get", true, "restore"},
+		// Without update the restore goes on unprotected, as upstream.
+		{"snapshot-update", "ClusterRole", "volumesnapshots", "update", false, "restore"},
+		{"snapshot-list", "ClusterRole", "volumesnapshots", "list", false, "dynamic"},
 	} {
 		t.Run("without "+tc.verb+" "+tc.resource, func(t *testing.T) {
 			s := startUnderChartRBAC(t, cp, bins, tc.name, func(cr *rbacv1.ClusterRole, r *rbacv1.Role) {
@@ -446,9 +460,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			s.waitDenied(tc.resource, tc.verb)
 			s.class()
 			var claim *corev1.PersistentVolumeClaim
-			if tc.claim == "static" {
+			switch tc.claim {
+			case "static":
 				claim = s.claim("static", s.staticVolume().Name)
-			} else {
+			case "restore":
+				claim = s.restore()
+			default:
 				claim = s.claim("data", "")
 			}
 			// klog quotes the error, so its quotes may be escaped.
@@ -577,6 +594,8 @@ func (s *rbacStack) waitDenied(res, verb string) {
 		group = storagev1.GroupName
 	case "leases":
 		group = "coordination.k8s.io"
+	case "volumesnapshots", "volumesnapshotcontents":
+		group = snapshotGroup
 	}
 	review, err := s.cp.Client().AuthorizationV1().SubjectAccessReviews().Create(s.t.Context(), &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{
