@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -82,33 +81,7 @@ func (p *Provisioner) RunCloneProtection(ctx context.Context, workers int) {
 		return
 	}
 	logger.V(2).Info("Starting the cloning protection", "workers", workers)
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() {
-			for p.processCloneSource(ctx, queue) {
-			}
-		})
-	}
-	<-ctx.Done()
-	queue.ShutDown()
-	wg.Wait()
-}
-
-// processCloneSource syncs one key: an error requeues it with backoff,
-// success forgets its backoff. It returns false when the queue shut down.
-func (p *Provisioner) processCloneSource(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) bool {
-	key, quit := queue.Get()
-	if quit {
-		return false
-	}
-	defer queue.Done(key)
-	if err := p.cloneSourceSync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Cloning protection sync failed; retrying", "pvc", key)
-		queue.AddRateLimited(key)
-		return true
-	}
-	queue.Forget(key)
-	return true
+	runQueue(ctx, queue, workers, "Cloning protection", p.cloneSourceSync)
 }
 
 // cloneSourceSync removes CloneFinalizer from the claim with key

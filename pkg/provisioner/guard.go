@@ -3,7 +3,6 @@ package provisioner
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,34 +80,8 @@ func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 		return
 	}
 	logger.V(2).Info("Starting the in-flight finalizer guard", "workers", workers)
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() {
-			for p.processGuardItem(ctx, queue) {
-			}
-		})
-	}
-	<-ctx.Done()
-	queue.ShutDown()
-	wg.Wait()
+	runQueue(ctx, queue, workers, "In-flight guard", p.guardSync)
 	logger.V(2).Info("Stopped the in-flight finalizer guard")
-}
-
-// processGuardItem syncs one key: an error requeues it with backoff,
-// success forgets its backoff. It returns false when the queue shut down.
-func (p *Provisioner) processGuardItem(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) bool {
-	key, quit := queue.Get()
-	if quit {
-		return false
-	}
-	defer queue.Done(key)
-	if err := p.guardSync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "In-flight guard sync failed; retrying", "pvc", key)
-		queue.AddRateLimited(key)
-		return true
-	}
-	queue.Forget(key)
-	return true
 }
 
 // guardSync applies the guard's rules (see RunGuard) to the claim with
