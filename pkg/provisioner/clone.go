@@ -42,14 +42,8 @@ var errSourceInvalid = errors.New("claim in dataSource not bound or invalid")
 // cloneSourceOf returns the name of the claim that claim clones (in its own
 // namespace), "" when its data source is not a claim.
 func cloneSourceOf(claim *corev1.PersistentVolumeClaim) string {
-	if ds := claim.Spec.DataSource; ds != nil {
-		if ds.Kind == kindClaim {
-			return ds.Name
-		}
-		return ""
-	}
-	if ref := claim.Spec.DataSourceRef; ref != nil && ref.Kind == kindClaim && (ref.Namespace == nil || *ref.Namespace == "") {
-		return ref.Name
+	if ref, ok := sourceRefOf(claim); ok && ref.kind == kindClaim && !ref.crossNamespace {
+		return ref.name
 	}
 	return ""
 }

@@ -176,6 +176,33 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 	return pl, controller.ProvisioningNoChange, nil
 }
 
+// sourceRef is the data source a claim names: spec.dataSource when set,
+// else spec.dataSourceRef (upstream's order). crossNamespace is set for a
+// dataSourceRef into another namespace.
+type sourceRef struct {
+	group, kind, name string
+	crossNamespace    bool
+}
+
+// sourceRefOf returns the claim's data source; false when it names none.
+func sourceRefOf(claim *corev1.PersistentVolumeClaim) (sourceRef, bool) {
+	var r sourceRef
+	var group *string
+	switch ds, ref := claim.Spec.DataSource, claim.Spec.DataSourceRef; {
+	case ds != nil:
+		r.kind, r.name, group = ds.Kind, ds.Name, ds.APIGroup
+	case ref != nil:
+		r.kind, r.name, group = ref.Kind, ref.Name, ref.APIGroup
+		r.crossNamespace = ref.Namespace != nil && *ref.Namespace != ""
+	default:
+		return r, false
+	}
+	if group != nil {
+		r.group = *group
+	}
+	return r, true
+}
+
 // dataSource is the claim's data source this provisioner provisions from:
 // kind kindClaim or kindVolumeSnapshot, or the zero value for none.
 type dataSource struct{ kind, name string }
@@ -185,24 +212,14 @@ type dataSource struct{ kind, name string }
 // to an external populator: the claim is ignored, with upstream's Normal
 // event (not in check mode).
 func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) (dataSource, error) {
-	var kind, name, group string
-	switch ds, ref := claim.Spec.DataSource, claim.Spec.DataSourceRef; {
-	case ds != nil:
-		kind, name = ds.Kind, ds.Name
-		if ds.APIGroup != nil {
-			group = *ds.APIGroup
-		}
-	case ref != nil:
-		if ref.Namespace != nil && *ref.Namespace != "" {
-			return dataSource{}, errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
-		}
-		kind, name = ref.Kind, ref.Name
-		if ref.APIGroup != nil {
-			group = *ref.APIGroup
-		}
-	default:
+	ref, ok := sourceRefOf(claim)
+	switch {
+	case !ok:
 		return dataSource{}, nil
+	case ref.crossNamespace:
+		return dataSource{}, errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
 	}
+	kind, name, group := ref.kind, ref.name, ref.group
 	if name == "" {
 		return dataSource{}, fmt.Errorf("the PVC source not found for PVC %s", claim.Name)
 	}

@@ -85,14 +85,7 @@ func (p *Provisioner) restorePending(namespace, name string) bool {
 		if c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "" {
 			return false
 		}
-		var kind, source string
-		var group *string
-		switch ds, ref := c.Spec.DataSource, c.Spec.DataSourceRef; {
-		case ds != nil:
-			kind, source, group = ds.Kind, ds.Name, ds.APIGroup
-		case ref != nil && (ref.Namespace == nil || *ref.Namespace == ""):
-			kind, source, group = ref.Kind, ref.Name, ref.APIGroup
-		}
-		return kind == kindVolumeSnapshot && source == name && group != nil && *group == snapshotAPIGroup
+		ref, ok := sourceRefOf(c)
+		return ok && !ref.crossNamespace && ref.kind == kindVolumeSnapshot && ref.group == snapshotAPIGroup && ref.name == name
 	})
 }
