@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,17 +27,7 @@ func TestClone(t *testing.T) {
 
 	clone := s.claim(testutil.NewPVC(s.ns, "copy").Class(sc.Name).Size("2Gi").DataSource(nil, "PersistentVolumeClaim", src.Name))
 	_, clonePV := s.waitBound(clone.Name)
-	vols, err := s.driver.ListVolumes(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from string
-	for _, v := range vols {
-		if v.GetVolumeId() == clonePV.Spec.CSI.VolumeHandle {
-			from = v.GetContentSource().GetVolume().GetVolumeId()
-		}
-	}
-	if from != srcPV.Spec.CSI.VolumeHandle {
+	if from := s.contentSource(clonePV.Spec.CSI.VolumeHandle).GetVolume().GetVolumeId(); from != srcPV.Spec.CSI.VolumeHandle {
 		t.Errorf("the clone's volume was created from %q, want the source's %s", from, srcPV.Spec.CSI.VolumeHandle)
 	}
 	live := s.getClaim(src.Name)
@@ -70,6 +61,22 @@ func TestClone(t *testing.T) {
 		return apierrors.IsNotFound(err), ignoreNotFound(err)
 	})
 	s.deleteAndWaitGone(clone.Name, clonePV.Name)
+}
+
+// contentSource returns what the driver says the volume with id was
+// created from (nil for nothing, or when there is no such volume).
+func (s *stack) contentSource(id string) *csi.VolumeContentSource {
+	s.t.Helper()
+	vols, err := s.driver.ListVolumes(s.t.Context())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, v := range vols {
+		if v.GetVolumeId() == id {
+			return v.GetContentSource()
+		}
+	}
+	return nil
 }
 
 // getClaim reads a claim of the stack's namespace from the API server.

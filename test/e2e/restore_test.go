@@ -51,17 +51,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	group := "snapshot.storage.k8s.io"
 	restored := s.claim(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("2Gi").DataSource(&group, "VolumeSnapshot", snap.Name))
 	_, pv := s.waitBound(restored.Name)
-	vols, err := s.driver.ListVolumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from string
-	for _, v := range vols {
-		if v.GetVolumeId() == pv.Spec.CSI.VolumeHandle {
-			from = v.GetContentSource().GetSnapshot().GetSnapshotId()
-		}
-	}
-	if from != handle {
+	if from := s.contentSource(pv.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
 		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
 	}
 	testutil.Eventually(t, 0, "the snapshot kept its source protection after the restore", func(ctx context.Context) (bool, error) {
