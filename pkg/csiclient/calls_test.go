@@ -137,6 +137,52 @@ func TestDeleteVolume(t *testing.T) {
 	}
 }
 
+func TestGetCapacity(t *testing.T) {
+	req := &csi.GetCapacityRequest{
+		Parameters:         map[string]string{"type": "fast"},
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{"zone": "a"}},
+	}
+	answer := &csi.GetCapacityResponse{AvailableCapacity: 5 << 30, MaximumVolumeSize: wrapperspb.Int64(1 << 30)}
+	tests := []struct {
+		name      string
+		driverErr error
+	}{
+		{name: "capacity"},
+		{name: "error", driverErr: status.Error(codes.Unavailable, "backend down")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			d := startDriver(t)
+			d.expectConnect()
+			resp := answer
+			if tc.driverErr != nil {
+				resp = nil
+			}
+			d.controller.EXPECT().GetCapacity(gomock.Any(), utils.Protobuf(req)).Return(resp, tc.driverErr).Times(1)
+			c := d.connect(ctx, t)
+
+			got, err := c.GetCapacity(ctx, req)
+			if tc.driverErr == nil {
+				if err != nil {
+					t.Fatalf("GetCapacity: %v", err)
+				}
+				if !proto.Equal(got, answer) {
+					t.Errorf("GetCapacity = %v, want %v", got, answer)
+				}
+				return
+			}
+			var ce *csiclient.Error
+			if !errors.As(err, &ce) || ce.Method != "GetCapacity" {
+				t.Errorf("error %v (%T) is not an *Error for GetCapacity", err, err)
+			}
+			if got, want := status.Code(err), status.Code(tc.driverErr); got != want {
+				t.Errorf("status.Code(%v) = %v, want %v", err, got, want)
+			}
+		})
+	}
+}
+
 func TestProbe(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -296,6 +296,22 @@ func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	return nil
 }
 
+// GetCapacity sends req with the configured call timeout and returns the
+// driver's answer: the capacity available for volumes with req's parameters
+// in req's topology segment. On failure the error is an *Error.
+func (c *Client) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	resp, err := c.ctrl.GetCapacity(ctx, req)
+	logger.V(4).Info("GetCapacity", "segment", req.GetAccessibleTopology().GetSegments(), "duration", time.Since(start), "code", Code(err))
+	if err != nil {
+		return nil, &Error{Method: "GetCapacity", Err: err}
+	}
+	return resp, nil
+}
+
 // Probe asks the driver whether it is ready, for readiness checks.
 func (c *Client) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
