@@ -1,0 +1,153 @@
+package capacity
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Event handlers. They only queue keys and recompute the desired items; all
+// API writes happen in the sync functions.
+
+// onTopologyChange handles the addition and deletion of classes, nodes and
+// CSINodes.
+func (c *Controller) onTopologyChange(any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		c.refreshLocked()
+	}
+}
+
+func (c *Controller) onClassUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*storagev1.StorageClass)
+	n, ok2 := newObj.(*storagev1.StorageClass)
+	if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+		return
+	}
+	c.onTopologyChange(newObj)
+}
+
+// onNodeUpdate recomputes only when labels changed: nodes update their
+// status often, and only labels make segments.
+func (c *Controller) onNodeUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*corev1.Node)
+	n, ok2 := newObj.(*corev1.Node)
+	if ok1 && ok2 && maps.Equal(o.Labels, n.Labels) {
+		return
+	}
+	c.onTopologyChange(newObj)
+}
+
+// onCSINodeUpdate recomputes only when the driver's topology keys changed.
+func (c *Controller) onCSINodeUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*storagev1.CSINode)
+	n, ok2 := newObj.(*storagev1.CSINode)
+	if ok1 && ok2 && slices.Equal(topologyKeys(o, c.driverName), topologyKeys(n, c.driverName)) {
+		return
+	}
+	c.onTopologyChange(newObj)
+}
+
+// onObject handles an added or updated CSIStorageCapacity: it ends the
+// record of an object this controller created, queues the object when it is
+// obsolete, and queues its item when the item has more than one object.
+func (c *Controller) onObject(obj any) {
+	csc, ok := obj.(*storagev1.CSIStorageCapacity)
+	if !ok {
+		return
+	}
+	key, forItem := itemKeyOf(csc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if forItem {
+		c.forgetCreatedLocked(key, csc.Name)
+	}
+	if !c.started {
+		return
+	}
+	if !forItem || !c.isDesiredLocked(key) {
+		c.queue.Add(objectKey(csc.Name))
+		return
+	}
+	if objs, _ := c.objInformer.GetIndexer().ByIndex(indexByItem, key); len(objs) > 1 {
+		c.queue.Add(key)
+	}
+}
+
+// onObjectDelete ends the record of a deleted object and queues its item,
+// so that it is created again, when the item has no object left.
+func (c *Controller) onObjectDelete(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	csc, ok := obj.(*storagev1.CSIStorageCapacity)
+	if !ok {
+		return
+	}
+	key, forItem := itemKeyOf(csc)
+	if !forItem {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetCreatedLocked(key, csc.Name)
+	if !c.started || !c.isDesiredLocked(key) || c.created[key] != nil {
+		return
+	}
+	if objs, _ := c.objInformer.GetIndexer().ByIndex(indexByItem, key); len(objs) == 0 {
+		c.logger.V(2).Info("CSIStorageCapacity deleted; creating it again", "csiStorageCapacity", klog.KObj(csc))
+		c.queue.Add(key)
+	}
+}
+
+// onVolume handles a new PersistentVolume: provisioning used capacity.
+func (c *Controller) onVolume(obj any) {
+	if pv, ok := obj.(*corev1.PersistentVolume); ok {
+		c.queueForVolume(pv, "added")
+	}
+}
+
+// onVolumeUpdate handles a PersistentVolume being deleted.
+func (c *Controller) onVolumeUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*corev1.PersistentVolume)
+	n, ok2 := newObj.(*corev1.PersistentVolume)
+	if ok1 && ok2 && o.DeletionTimestamp == nil && n.DeletionTimestamp != nil {
+		c.queueForVolume(n, "deleting")
+	}
+}
+
+// onVolumeDelete handles a deleted PersistentVolume: deletion freed capacity.
+func (c *Controller) onVolumeDelete(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if pv, ok := obj.(*corev1.PersistentVolume); ok {
+		c.queueForVolume(pv, "deleted")
+	}
+}
+
+// queueForVolume queues the items of pv's class whose segment is compatible
+// with pv's node affinity, when pv is a volume of this driver.
+func (c *Controller) queueForVolume(pv *corev1.PersistentVolume, event string) {
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.driverName || pv.Spec.StorageClassName == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		return
+	}
+	queued := 0
+	for key, it := range c.desired {
+		if it.class == pv.Spec.StorageClassName && compatible(it.segment, pv.Spec.NodeAffinity) {
+			c.queue.Add(key)
+			queued++
+		}
+	}
+	c.logger.V(4).Info("Volume changed; refreshing capacity", "pv", klog.KObj(pv), "event", event, "items", queued)
+}

@@ -1,0 +1,151 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// runController runs a controller with started informers over a fake API
+// server holding objs, until the test ends.
+func runController(t *testing.T, objs []runtime.Object, driver *fakeDriver, opts ...Option) (*Controller, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	addGenerateNameReactor(client)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(client, driver, testDriver, testNamespace, factory, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(testContext(t))
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx, 2)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		factory.Shutdown()
+	})
+	return c, client
+}
+
+// published returns "class/segment=capacity" of every object in the fake API
+// server, sorted.
+func published(ctx context.Context, t *testing.T, client *fake.Clientset) []string {
+	list, err := client.StorageV1().CSIStorageCapacities(testNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	var out []string
+	for _, o := range list.Items {
+		out = append(out, fmt.Sprintf("%s/%s=%s", o.StorageClassName, segment(o.NodeTopology.MatchLabels), o.Capacity))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func waitPublished(t *testing.T, client *fake.Clientset, msg string, want ...string) {
+	t.Helper()
+	var got []string
+	testutil.Eventually(t, 0, msg, func(ctx context.Context) (bool, error) {
+		got = published(ctx, t, client)
+		return slices.Equal(got, want), nil
+	})
+}
+
+func TestRunPoll(t *testing.T) {
+	objs := objects(one(wffc("fast")), zoneNode("n1", "a"), zoneNode("n2", "b"), one(csc("stale", "gone", "a", 1)))
+	driver := &fakeDriver{available: gi(10)}
+	registry := metrics.NewKubeRegistry()
+	c, client := runController(t, objs, driver,
+		WithPollInterval(50*time.Millisecond), WithRetry(10*time.Millisecond, 50*time.Millisecond), WithMetricsRegistry(registry))
+	ka, kb := fmt.Sprintf("fast/%s=10Gi", zone("a")), fmt.Sprintf("fast/%s=10Gi", zone("b"))
+	waitPublished(t, client, "initial objects, stale one deleted", ka, kb)
+	if !c.HasSynced() {
+		t.Error("HasSynced: false after the first objects were published")
+	}
+
+	driver.set(gi(20), nil)
+	waitPublished(t, client, "capacity refreshed by polling",
+		fmt.Sprintf("fast/%s=20Gi", zone("a")), fmt.Sprintf("fast/%s=20Gi", zone("b")))
+
+	// GetCapacity fails: the objects stay as they are, and recover.
+	driver.set(gi(30), fmt.Errorf("driver unavailable"))
+	n := len(driver.calls())
+	testutil.Eventually(t, 0, "failing GetCapacity retried", func(context.Context) (bool, error) {
+		return len(driver.calls()) > n+4, nil
+	})
+	if got, want := published(t.Context(), t, client), []string{fmt.Sprintf("fast/%s=20Gi", zone("a")), fmt.Sprintf("fast/%s=20Gi", zone("b"))}; !slices.Equal(got, want) {
+		t.Fatalf("after GetCapacity errors: published %q, want %q", got, want)
+	}
+	driver.set(gi(30), nil)
+	waitPublished(t, client, "recovered after GetCapacity errors",
+		fmt.Sprintf("fast/%s=30Gi", zone("a")), fmt.Sprintf("fast/%s=30Gi", zone("b")))
+
+	if err := client.StorageV1().StorageClasses().Delete(t.Context(), "fast", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete class: %v", err)
+	}
+	waitPublished(t, client, "objects of a deleted class removed")
+	testutil.Eventually(t, 0, "gauges at zero", func(context.Context) (bool, error) {
+		return maps.Equal(gauges(t, registry), want(0, 0, 0)), nil
+	})
+}
+
+func TestRunEvents(t *testing.T) {
+	objs := objects(one(wffc("fast")), zoneNode("n1", "a"), zoneNode("n2", "b"))
+	driver := &fakeDriver{available: gi(10)}
+	// No polling during the test: everything below is driven by events.
+	_, client := runController(t, objs, driver, WithPollInterval(time.Hour), WithRetry(10*time.Millisecond, 50*time.Millisecond))
+	ctx := t.Context()
+	waitPublished(t, client, "initial objects", fmt.Sprintf("fast/%s=10Gi", zone("a")), fmt.Sprintf("fast/%s=10Gi", zone("b")))
+
+	// A volume provisioned in zone a refreshes zone a only.
+	driver.set(gi(9), nil)
+	pv := testutil.NewPV("pv-1", testDriver).Class("fast").NodeAffinity(zoneKey, "a").Obj()
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pv: %v", err)
+	}
+	waitPublished(t, client, "zone a refreshed after provisioning", fmt.Sprintf("fast/%s=9Gi", zone("a")), fmt.Sprintf("fast/%s=10Gi", zone("b")))
+
+	// A new zone gets its object.
+	node, csiNode := zoneNode("n3", "c")[0].(*corev1.Node), zoneNode("n3", "c")[1].(*storagev1.CSINode)
+	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node: %v", err)
+	}
+	if _, err := client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create CSINode: %v", err)
+	}
+	waitPublished(t, client, "object for the new zone",
+		fmt.Sprintf("fast/%s=9Gi", zone("a")), fmt.Sprintf("fast/%s=10Gi", zone("b")), fmt.Sprintf("fast/%s=9Gi", zone("c")))
+
+	// An object deleted by someone else is created again.
+	list, err := client.StorageV1().CSIStorageCapacities(testNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	for _, o := range list.Items {
+		if o.NodeTopology.MatchLabels[zoneKey] == "b" {
+			if err := client.StorageV1().CSIStorageCapacities(testNamespace).Delete(ctx, o.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+		}
+	}
+	waitPublished(t, client, "deleted object created again",
+		fmt.Sprintf("fast/%s=9Gi", zone("a")), fmt.Sprintf("fast/%s=9Gi", zone("b")), fmt.Sprintf("fast/%s=9Gi", zone("c")))
+}
