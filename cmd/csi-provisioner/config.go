@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -64,17 +65,25 @@ type Config struct {
 	MetricsPath    string
 	EnablePprof    bool
 
+	// Data sources.
+	CloningProtectionThreads    int
+	SnapshotOrphanSweepInterval time.Duration
+
+	// Storage capacity (CSIStorageCapacity objects).
+	CapacityThreads             int
+	KubeAPICapacityQPS          float64
+	KubeAPICapacityBurst        int
+	EnableCapacity              bool
+	CapacityForImmediateBinding bool
+	CapacityPollInterval        time.Duration
+	CapacityOwnerrefLevel       int
+	// Namespace ($NAMESPACE) holds the CSIStorageCapacity objects; PodName
+	// ($POD_NAME) is where the search for their owner starts.
+	Namespace string
+	PodName   string
+
 	// Accepted for compatibility, not implemented: a non-default value is
 	// logged as a warning by [Config.Unimplemented].
-	CloningProtectionThreads       int
-	SnapshotOrphanSweepInterval    time.Duration
-	CapacityThreads                int
-	KubeAPICapacityQPS             float64
-	KubeAPICapacityBurst           int
-	EnableCapacity                 bool
-	CapacityForImmediateBinding    bool
-	CapacityPollInterval           time.Duration
-	CapacityOwnerrefLevel          int
 	NodeDeployment                 bool
 	NodeDeploymentImmediateBinding bool
 	NodeDeploymentBaseDelay        time.Duration
@@ -182,13 +191,13 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 
 	fs.IntVar(&c.CloningProtectionThreads, "cloning-protection-threads", 1, "Number of simultaneously running threads, handling cloning finalizer removal.")
 	fs.DurationVar(&c.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", 5*time.Minute, "Interval of the sweep for orphaned VolumeSnapshot finalizers; 0 disables it.")
-	fs.IntVar(&c.CapacityThreads, "capacity-threads", 1, "Number of simultaneously running threads, handling CSIStorageCapacity objects. (not implemented)")
-	fs.Float64Var(&c.KubeAPICapacityQPS, "kube-api-capacity-qps", 1, "QPS to use for storage capacity updates. (not implemented)")
-	fs.IntVar(&c.KubeAPICapacityBurst, "kube-api-capacity-burst", 5, "Burst to use for storage capacity updates. (not implemented)")
-	fs.BoolVar(&c.EnableCapacity, "enable-capacity", false, "This enables producing CSIStorageCapacity objects with capacity information from the driver's GetCapacity call. (not implemented)")
-	fs.BoolVar(&c.CapacityForImmediateBinding, "capacity-for-immediate-binding", false, "Enables producing capacity information for storage classes with immediate binding. (not implemented)")
-	fs.DurationVar(&c.CapacityPollInterval, "capacity-poll-interval", time.Minute, "How long the external-provisioner waits before checking for storage capacity changes. (not implemented)")
-	fs.IntVar(&c.CapacityOwnerrefLevel, "capacity-ownerref-level", 1, "The level indicates the number of objects that need to be traversed starting from the pod. (not implemented)")
+	fs.IntVar(&c.CapacityThreads, "capacity-threads", 1, "Number of simultaneously running threads, handling CSIStorageCapacity objects.")
+	fs.Float64Var(&c.KubeAPICapacityQPS, "kube-api-capacity-qps", 1, "QPS to use for storage capacity updates.")
+	fs.IntVar(&c.KubeAPICapacityBurst, "kube-api-capacity-burst", 5, "Burst to use for storage capacity updates.")
+	fs.BoolVar(&c.EnableCapacity, "enable-capacity", false, "This enables producing CSIStorageCapacity objects with capacity information from the driver's GetCapacity call. They are created in the namespace given by the NAMESPACE environment variable.")
+	fs.BoolVar(&c.CapacityForImmediateBinding, "capacity-for-immediate-binding", false, "Enables producing capacity information for storage classes with immediate binding.")
+	fs.DurationVar(&c.CapacityPollInterval, "capacity-poll-interval", time.Minute, "How long the external-provisioner waits before checking for storage capacity changes.")
+	fs.IntVar(&c.CapacityOwnerrefLevel, "capacity-ownerref-level", 1, "The level indicates the number of objects that need to be traversed starting from the pod identified by the POD_NAME and NAMESPACE environment variables to reach the owning object for CSIStorageCapacity objects: -1 for no owner, 0 for the pod itself, 1 for a StatefulSet or DaemonSet, 2 for a Deployment, etc.")
 	fs.BoolVar(&c.NodeDeployment, "node-deployment", false, "Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes. (not implemented)")
 	fs.BoolVar(&c.NodeDeploymentImmediateBinding, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node. (not implemented)")
 	fs.DurationVar(&c.NodeDeploymentBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding. (not implemented)")
@@ -226,6 +235,7 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("unexpected argument %q: all settings are flags (see --help)", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	c.Namespace, c.PodName = os.Getenv("NAMESPACE"), os.Getenv("POD_NAME")
 	return c, nil
 }
 
@@ -247,6 +257,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative (0 disables the sweep), got %s", c.SnapshotOrphanSweepInterval)
 	case c.CloningProtectionThreads < 1:
 		return fmt.Errorf("--cloning-protection-threads must be at least 1, got %d", c.CloningProtectionThreads)
+	case c.CapacityThreads < 1:
+		return fmt.Errorf("--capacity-threads must be at least 1, got %d", c.CapacityThreads)
+	case c.KubeAPICapacityQPS <= 0 || c.KubeAPICapacityBurst < 1:
+		return fmt.Errorf("--kube-api-capacity-qps (%v) must be positive and --kube-api-capacity-burst (%d) at least 1", c.KubeAPICapacityQPS, c.KubeAPICapacityBurst)
+	case c.CapacityPollInterval <= 0:
+		return fmt.Errorf("--capacity-poll-interval must be positive, got %s", c.CapacityPollInterval)
+	case c.CapacityOwnerrefLevel < -1:
+		return fmt.Errorf("--capacity-ownerref-level must be -1 (no owner) or more, got %d", c.CapacityOwnerrefLevel)
+	case c.EnableCapacity && c.Namespace == "":
+		return errors.New("--enable-capacity needs the NAMESPACE environment variable: the namespace of the CSIStorageCapacity objects (set it from the pod's metadata.namespace)")
+	case c.EnableCapacity && c.CapacityOwnerrefLevel >= 0 && c.PodName == "":
+		return fmt.Errorf("--enable-capacity with --capacity-ownerref-level=%d needs the POD_NAME environment variable (set it from the pod's metadata.name), or --capacity-ownerref-level=-1 for objects without an owner", c.CapacityOwnerrefLevel)
 	case c.BinderWorkers < 1:
 		return fmt.Errorf("--binder-workers must be at least 1, got %d", c.BinderWorkers)
 	case c.BinderResyncPeriod <= 0:
@@ -282,13 +304,6 @@ func (c *Config) Unimplemented() []string {
 		name    string
 		changed bool
 	}{
-		{"capacity-threads", c.CapacityThreads != 1},
-		{"kube-api-capacity-qps", c.KubeAPICapacityQPS != 1},
-		{"kube-api-capacity-burst", c.KubeAPICapacityBurst != 5},
-		{"enable-capacity", c.EnableCapacity},
-		{"capacity-for-immediate-binding", c.CapacityForImmediateBinding},
-		{"capacity-poll-interval", c.CapacityPollInterval != time.Minute},
-		{"capacity-ownerref-level", c.CapacityOwnerrefLevel != 1},
 		{"node-deployment", c.NodeDeployment},
 		{"node-deployment-immediate-binding", c.set["node-deployment-immediate-binding"] && !c.NodeDeploymentImmediateBinding},
 		{"node-deployment-base-delay", c.NodeDeploymentBaseDelay != 20*time.Second},

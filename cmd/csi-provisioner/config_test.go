@@ -66,6 +66,7 @@ func TestFlagErrors(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
+		env     map[string]string
 		wantErr string // a fragment of the one-line message
 	}{
 		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
@@ -88,9 +89,18 @@ func TestFlagErrors(t *testing.T) {
 		{name: "retry start above max", args: []string{"--retry-interval-start=10m"}, wantErr: "--retry-interval-start"},
 		{name: "tcp csi address", args: []string{"--csi-address=tcp://127.0.0.1:10000"}, wantErr: "--csi-address: CSI driver at \"tcp://127.0.0.1:10000\": the CSI endpoint must be a unix domain socket"},
 		{name: "relative csi address", args: []string{"--csi-address=csi.sock"}, wantErr: "must be absolute"},
+		{name: "no capacity workers", args: []string{"--capacity-threads=0"}, wantErr: "--capacity-threads must be at least 1"},
+		{name: "zero capacity qps", args: []string{"--kube-api-capacity-qps=0"}, wantErr: "--kube-api-capacity-qps"},
+		{name: "zero capacity poll interval", args: []string{"--capacity-poll-interval=0s"}, wantErr: "--capacity-poll-interval must be positive"},
+		{name: "ownerref level below -1", args: []string{"--capacity-ownerref-level=-2"}, wantErr: "--capacity-ownerref-level must be -1"},
+		{name: "capacity without NAMESPACE", args: []string{"--enable-capacity"}, env: map[string]string{"NAMESPACE": "", "POD_NAME": "p"}, wantErr: "--enable-capacity needs the NAMESPACE environment variable"},
+		{name: "capacity owner without POD_NAME", args: []string{"--enable-capacity"}, env: map[string]string{"NAMESPACE": "ns", "POD_NAME": ""}, wantErr: "needs the POD_NAME environment variable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
 			var stdout, stderr bytes.Buffer
 			code := run(tt.args, &stdout, &stderr)
 			if code != 2 {
@@ -119,12 +129,12 @@ func TestVersionAndHelp(t *testing.T) {
 }
 
 func TestUnimplementedFlagsAreNamed(t *testing.T) {
-	c, err := parseFlags([]string{"--enable-capacity", "--node-deployment", "--capacity-poll-interval=2m", "--timeout=1m"}, &bytes.Buffer{})
+	c, err := parseFlags([]string{"--enable-capacity", "--node-deployment", "--node-deployment-max-delay=2m", "--timeout=1m"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := c.Unimplemented()
-	want := []string{"--capacity-poll-interval", "--enable-capacity", "--node-deployment"}
+	want := []string{"--node-deployment", "--node-deployment-max-delay"}
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("Unimplemented() = %v, want %v", got, want)
@@ -148,5 +158,44 @@ func TestLeaderElectionLabels(t *testing.T) {
 	}
 	if len(c.LeaderElectionLabels) != 2 || c.LeaderElectionLabels["a"] != "b" || c.LeaderElectionLabels["c"] != "d" {
 		t.Errorf("labels = %v", c.LeaderElectionLabels)
+	}
+}
+
+// TestCapacityEnvironment checks that --enable-capacity validates with the
+// environment the chart and the kustomize Deployment set, and that
+// --capacity-ownerref-level=-1 needs no POD_NAME.
+func TestCapacityEnvironment(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr bool
+	}{
+		{name: "namespace and pod", args: []string{"--enable-capacity"}, env: map[string]string{"NAMESPACE": "kube-system", "POD_NAME": "csi-0"}},
+		{name: "no owner, no pod", args: []string{"--enable-capacity", "--capacity-ownerref-level=-1"}, env: map[string]string{"NAMESPACE": "kube-system", "POD_NAME": ""}},
+		{name: "capacity off ignores the environment", env: map[string]string{"NAMESPACE": "", "POD_NAME": ""}},
+		{name: "no namespace", args: []string{"--enable-capacity", "--capacity-ownerref-level=-1"}, env: map[string]string{"NAMESPACE": "", "POD_NAME": ""}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, err := parseFlags(tt.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Namespace != tt.env["NAMESPACE"] || c.PodName != tt.env["POD_NAME"] {
+				t.Errorf("Namespace, PodName = %q, %q, want the environment's", c.Namespace, c.PodName)
+			}
+			t.Cleanup(func() {
+				if err := logsapi.ResetForTest(nil); err != nil {
+					t.Errorf("reset logging: %v", err)
+				}
+			})
+			if err := c.Validate(); (err != nil) != tt.wantErr {
+				t.Errorf("Validate() = %v, want error %t", err, tt.wantErr)
+			}
+		})
 	}
 }

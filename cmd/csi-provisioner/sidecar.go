@@ -152,6 +152,10 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			return fmt.Errorf("create binder: %w", err)
 		}
 	}
+	capacityCtl, err := newCapacity(ctx, cfg, restCfg, driver, factory, srv.kubeRegistry)
+	if err != nil {
+		return err
+	}
 	srv.serveMetrics(cfg, mm)
 
 	run := func(ctx context.Context) {
@@ -168,8 +172,13 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		wg.Go(func() { prov.RunGuard(ctx, 1) })
 		wg.Go(func() { prov.RunCloneProtection(ctx, cfg.CloningProtectionThreads) })
 		wg.Go(func() { prov.RunSnapshotSweep(ctx, cfg.SnapshotOrphanSweepInterval) })
+		synced := map[string]func() bool{"provisioner": prov.HasSynced, "binder": hasSynced(bnd)}
+		if capacityCtl != nil {
+			wg.Go(func() { capacityCtl.Run(ctx, cfg.CapacityThreads) })
+			synced["capacity"] = capacityCtl.HasSynced
+		}
 		health.add("informers", func(context.Context) error {
-			for name, synced := range map[string]func() bool{"provisioner": prov.HasSynced, "binder": hasSynced(bnd)} {
+			for name, synced := range synced {
 				if !synced() {
 					return fmt.Errorf("%s caches not synced", name)
 				}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -33,6 +34,8 @@ type processRow struct {
 	// onlyLine: stderr must be that one line, with no log lines at all
 	// (flag errors happen before logging starts), and stdout empty.
 	onlyLine bool
+	// env are NAME=value pairs added to the test's environment.
+	env []string
 }
 
 func processRows() []processRow {
@@ -66,6 +69,19 @@ func processRows() []processRow {
 			name: "driver-without-controller-service", kubeconfig: true, socket: identityOnlyDriver,
 			code: 1, line: []string{"identity-only.csi.kube-storage.io", "CONTROLLER_SERVICE"},
 		},
+		{
+			name: "capacity-without-namespace", args: []string{"--enable-capacity"}, env: []string{"NAMESPACE=", "POD_NAME=csi-0"},
+			code: 2, onlyLine: true, line: []string{"--enable-capacity", "NAMESPACE"},
+		},
+		{
+			name: "capacity-owner-without-pod-name", args: []string{"--enable-capacity", "--capacity-ownerref-level=2"}, env: []string{"NAMESPACE=default", "POD_NAME="},
+			code: 2, onlyLine: true, line: []string{"--capacity-ownerref-level=2", "POD_NAME"},
+		},
+		{
+			name: "capacity-driver-without-get-capacity", kubeconfig: true, socket: noCapacityDriver,
+			args: []string{"--enable-capacity", "--capacity-ownerref-level=-1"}, env: []string{"NAMESPACE=default"},
+			code: 1, line: []string{"--enable-capacity", "no-capacity.csi.kube-storage.io", "GET_CAPACITY"},
+		},
 	}
 }
 
@@ -83,6 +99,7 @@ func runProcessRow(t *testing.T, sidecar, kubeconfig string, row processRow) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sidecar, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = append(os.Environ(), row.env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -142,6 +159,46 @@ var _ csi.IdentityServer = identityOnly{}
 // identityOnlyDriver serves identityOnly on a unix socket for the test and
 // returns the socket's path.
 func identityOnlyDriver(t *testing.T) string {
+	return serveDriver(t, func(srv *grpc.Server) { csi.RegisterIdentityServer(srv, identityOnly{}) })
+}
+
+// noCapacity is a CSI driver that creates and deletes volumes but has no
+// GET_CAPACITY.
+type noCapacity struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+}
+
+func (noCapacity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: "no-capacity.csi.kube-storage.io", VendorVersion: "test"}, nil
+}
+
+func (noCapacity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{Type: &csi.PluginCapability_Service_{
+		Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}}}}, nil
+}
+
+func (noCapacity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{}, nil
+}
+
+func (noCapacity) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{Type: &csi.ControllerServiceCapability_Rpc{
+		Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}}}}}, nil
+}
+
+// noCapacityDriver serves noCapacity on a unix socket for the test and
+// returns the socket's path.
+func noCapacityDriver(t *testing.T) string {
+	return serveDriver(t, func(srv *grpc.Server) {
+		csi.RegisterIdentityServer(srv, noCapacity{})
+		csi.RegisterControllerServer(srv, noCapacity{})
+	})
+}
+
+// serveDriver serves what register registers on a unix socket for the test
+// and returns the socket's path.
+func serveDriver(t *testing.T, register func(*grpc.Server)) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "csi.sock")
 	lis, err := net.Listen("unix", path)
@@ -149,7 +206,7 @@ func identityOnlyDriver(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	csi.RegisterIdentityServer(srv, identityOnly{})
+	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return path
