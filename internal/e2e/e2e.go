@@ -261,6 +261,7 @@ type Sidecar struct {
 	*controlplane.Process
 	bin  string
 	args []string
+	env  []string
 }
 
 // SidecarConfig configures [StartSidecar].
@@ -273,14 +274,17 @@ type SidecarConfig struct {
 	LogPath string
 	// Args are extra flags.
 	Args []string
+	// Env are extra NAME=value environment variables (for example
+	// NAMESPACE and POD_NAME for --enable-capacity).
+	Env []string
 }
 
 // StartSidecar starts csi-provisioner. It does not wait for it to be ready;
 // see [Sidecar.WaitReady].
 func StartSidecar(bin string, cfg SidecarConfig) (*Sidecar, error) {
-	s := &Sidecar{bin: bin}
+	s := &Sidecar{bin: bin, env: append(sidecarEnv(), cfg.Env...)}
 	s.args = append([]string{"--kubeconfig=" + cfg.Kubeconfig, "--csi-address=" + cfg.Socket}, cfg.Args...)
-	p, err := controlplane.StartProcess("csi-provisioner", bin, s.args, sidecarEnv(), cfg.LogPath)
+	p, err := controlplane.StartProcess("csi-provisioner", bin, s.args, s.env, cfg.LogPath)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +308,7 @@ func sidecarEnv() []string {
 
 // Restart starts the sidecar again with the same flags after it stopped.
 func (s *Sidecar) Restart() error {
-	p, err := controlplane.StartProcess("csi-provisioner", s.bin, s.args, sidecarEnv(), s.LogPath)
+	p, err := controlplane.StartProcess("csi-provisioner", s.bin, s.args, s.env, s.LogPath)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,13 @@ type stack struct {
 type stackConfig struct {
 	driverArgs  []string
 	sidecarArgs []string
-	memory      bool
-	topology    bool
+	// sidecarEnv returns extra environment variables of the sidecar.
+	sidecarEnv func(*stack) []string
+	memory     bool
+	topology   bool
+	// beforeSidecar runs after the namespace and the driver exist, before
+	// the sidecar starts.
+	beforeSidecar func(*stack)
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -77,9 +82,17 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+	if cfg.beforeSidecar != nil {
+		cfg.beforeSidecar(s)
+	}
+	var env []string
+	if cfg.sidecarEnv != nil {
+		env = cfg.sidecarEnv(s)
+	}
 	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
 		Kubeconfig: cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(s.dir, "sidecar.log"),
 		Args: append([]string{"-v=4", "--binder-resync-period=2s", "--retry-interval-max=5s"}, cfg.sidecarArgs...),
+		Env:  env,
 	})
 	if err != nil {
 		t.Fatal(err)
