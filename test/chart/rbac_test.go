@@ -50,23 +50,35 @@ type rbacStack struct {
 	driver    *e2e.Driver
 	sidecar   *e2e.Sidecar
 	className string
+	// owner is the Deployment above the sidecar's pod, with sidecar.capacity.
+	owner *appsv1.Deployment
 }
 
 // rbacKinds are the kinds of the chart's RBAC.
 var rbacKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
+// capacityValues turn the chart's storage capacity tracking on.
+var capacityValues = []string{"--set", "sidecar.capacity.enabled=true", "--set", "sidecar.capacity.forImmediateBinding=true"}
+
+// capacityPod is the sidecar's pod name (POD_NAME) when the chart's
+// sidecar.capacity is on: startUnderChartRBAC creates it, with the
+// ReplicaSet and Deployment above it that own the CSIStorageCapacity
+// objects.
+const capacityPod = "csi-controller-0"
+
 // startUnderChartRBAC renders the chart for a release named after name,
+// with the extra helm arguments values,
 // applies its ServiceAccount and RBAC (after mutate, if not nil), waits
 // until the API server authorizes exactly those rules, and starts the
 // hostpath driver (memory backend, with topology, attach and required
 // secrets, so the csinodes, nodes, volumeattachments and secrets rules are
 // used) and the sidecar with the
 // chart's arguments and a kubeconfig that impersonates the ServiceAccount.
-func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.Binaries, name string, mutate func(*rbacv1.ClusterRole, *rbacv1.Role)) *rbacStack {
+func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.Binaries, name string, mutate func(*rbacv1.ClusterRole, *rbacv1.Role), values ...string) *rbacStack {
 	t.Helper()
 	s := &rbacStack{t: t, cp: cp, ns: createNamespace(t, cp, "rbac-"+name), className: "rbac-" + name}
 	driverName := name + ".rbac.csi.kube-storage.io"
-	m := mustHelmTemplate(t, "rbac-"+name, s.ns, "--set", "csiDriver.name="+driverName)
+	m := mustHelmTemplate(t, "rbac-"+name, s.ns, append([]string{"--set", "csiDriver.name=" + driverName}, values...)...)
 
 	var objs manifest
 	var role *rbacv1.ClusterRole
@@ -120,9 +132,18 @@ func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.B
 		t.Fatal(err)
 	}
 
+	args := s.sidecarArgs(m)
+	var env []string
+	if slices.Contains(args, "--enable-capacity") {
+		// The downward API's values, and the objects they name.
+		env = []string{"NAMESPACE=" + s.ns, "POD_NAME=" + capacityPod}
+		if s.owner, err = e2e.CreateOwnerChain(t.Context(), cp.Client(), s.ns, capacityPod); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
 		Kubeconfig: kubeconfig, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
-		Args: s.sidecarArgs(m),
+		Args: args, Env: env,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -421,6 +442,38 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		t.Logf("granted, not used by this flow: %s", strings.Join(unused, ", "))
 	})
 
+	t.Run("chart rules with capacity", func(t *testing.T) {
+		s := startUnderChartRBAC(t, cp, bins, "capacity", nil, capacityValues...)
+		if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+			t.Fatal(err)
+		}
+		s.class()
+		testutil.Eventually(t, 0, "no CSIStorageCapacity object owned by the Deployment under the chart's RBAC", func(ctx context.Context) (bool, error) {
+			list, err := cp.Client().StorageV1().CSIStorageCapacities(s.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range list.Items {
+				if c.StorageClassName == s.className && len(c.OwnerReferences) == 1 && c.OwnerReferences[0].UID == s.owner.UID {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err := s.sidecar.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		used, refused := auditedRequests(t, s.user)
+		for _, r := range refused {
+			t.Errorf("the API server refused the sidecar %s", r)
+		}
+		for _, want := range []string{"storage.k8s.io/csistoragecapacities create", "storage.k8s.io/csistoragecapacities watch", "/pods get", "apps/replicasets get"} {
+			if !slices.Contains(used, want) {
+				t.Errorf("the sidecar did not use %q; it used %s", want, strings.Join(used, ", "))
+			}
+		}
+	})
+
 	for _, tc := range []struct {
 		name     string
 		kind     string // ClusterRole or Role
@@ -431,23 +484,30 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		// claim is the claim to create: "dynamic", "static" (it names a
 		// static volume) or "restore" (from a VolumeSnapshot).
 		claim string
+		// values are extra helm arguments.
+		values []string
+		// exits: without the rule the sidecar stops at start.
+		exits bool
 	}{
-		{"pv-create", "ClusterRole", "persistentvolumes", "create", true, "dynamic"},
-		{"pv-update", "ClusterRole", "persistentvolumes", "update", true, "static"},
-		{"pvc-status", "ClusterRole", "persistentvolumeclaims/status", "update", true, "dynamic"},
-		{"secrets", "ClusterRole", "secrets", "get", true, "dynamic"},
+		{"pv-create", "ClusterRole", "persistentvolumes", "create", true, "dynamic", nil, false},
+		{"pv-update", "ClusterRole", "persistentvolumes", "update", true, "static", nil, false},
+		{"pvc-status", "ClusterRole", "persistentvolumeclaims/status", "update", true, "dynamic", nil, false},
+		{"secrets", "ClusterRole", "secrets", "get", true, "dynamic", nil, false},
 		// client-go's informers list through a watch (WatchListClient) on
 		// this API server, so it is watch that they cannot do without.
-		{"pods", "ClusterRole", "pods", "watch", false, "dynamic"},
-		{"csinodes", "ClusterRole", "csinodes", "watch", false, "dynamic"},
-		{"attachments", "ClusterRole", "volumeattachments", "watch", false, "dynamic"},
-		{"events", "ClusterRole", "events", "create", false, "dynamic"},
-		{"leases", "Role", "leases", "create", true, "dynamic"},
-		{"snapshots", "ClusterRole", "volumesnapshots", "get", true, "restore"},
-		{"snapshotcontents", "ClusterRole", "volumesnapshotcontents", "get", true, "restore"},
+		{"pods", "ClusterRole", "pods", "watch", false, "dynamic", nil, false},
+		{"csinodes", "ClusterRole", "csinodes", "watch", false, "dynamic", nil, false},
+		{"attachments", "ClusterRole", "volumeattachments", "watch", false, "dynamic", nil, false},
+		{"events", "ClusterRole", "events", "create", false, "dynamic", nil, false},
+		{"leases", "Role", "leases", "create", true, "dynamic", nil, false},
+		{"snapshots", "ClusterRole", "volumesnapshots", "get", true, "restore", nil, false},
+		{"snapshotcontents", "ClusterRole", "volumesnapshotcontents", "get", true, "restore", nil, false},
 		// Without update the restore goes on unprotected, as upstream.
-		{"snapshot-update", "ClusterRole", "volumesnapshots", "update", false, "restore"},
-		{"snapshot-list", "ClusterRole", "volumesnapshots", "list", false, "dynamic"},
+		{"snapshot-update", "ClusterRole", "volumesnapshots", "update", false, "restore", nil, false},
+		{"snapshot-list", "ClusterRole", "volumesnapshots", "list", false, "dynamic", nil, false},
+		// sidecar.capacity: the objects, and the owner lookup at start.
+		{"capacity-create", "Role", "csistoragecapacities", "create", false, "dynamic", capacityValues, false},
+		{"capacity-owner", "Role", "replicasets", "get", false, "dynamic", capacityValues, true},
 	} {
 		t.Run("without "+tc.verb+" "+tc.resource, func(t *testing.T) {
 			s := startUnderChartRBAC(t, cp, bins, tc.name, func(cr *rbacv1.ClusterRole, r *rbacv1.Role) {
@@ -456,8 +516,21 @@ func TestRBACLeastPrivilege(t *testing.T) {
 					rules = &r.Rules
 				}
 				*rules = withoutVerb(t, *rules, tc.resource, tc.verb)
-			})
+			}, tc.values...)
 			s.waitDenied(tc.resource, tc.verb)
+			// klog quotes the error, so its quotes may be escaped.
+			forbidden := regexp.MustCompile(fmt.Sprintf(`cannot %s resource \\?"%s\\?"`, tc.verb, regexp.QuoteMeta(tc.resource)))
+			if tc.exits {
+				select {
+				case <-s.sidecar.Exited():
+				case <-time.After(testutil.DefaultTimeout):
+					t.Fatalf("the sidecar still runs without %s %s", tc.verb, tc.resource)
+				}
+				if !forbidden.MatchString(s.log()) {
+					t.Errorf("the sidecar stopped without naming the refused %s %s:\n%s", tc.verb, tc.resource, s.log())
+				}
+				return
+			}
 			s.class()
 			var claim *corev1.PersistentVolumeClaim
 			switch tc.claim {
@@ -468,8 +541,6 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			default:
 				claim = s.claim("data", "")
 			}
-			// klog quotes the error, so its quotes may be escaped.
-			forbidden := regexp.MustCompile(fmt.Sprintf(`cannot %s resource \\?"%s\\?"`, tc.verb, regexp.QuoteMeta(tc.resource)))
 			testutil.Eventually(t, 0, "no Forbidden error for "+tc.verb+" "+tc.resource, func(ctx context.Context) (bool, error) {
 				select {
 				case <-s.sidecar.Exited():
@@ -590,8 +661,10 @@ func (s *rbacStack) waitDenied(res, verb string) {
 	resource, sub, _ := strings.Cut(res, "/")
 	group := ""
 	switch resource {
-	case "csinodes", "volumeattachments", "storageclasses", "volumeattributesclasses":
+	case "csinodes", "volumeattachments", "storageclasses", "volumeattributesclasses", "csistoragecapacities":
 		group = storagev1.GroupName
+	case "replicasets":
+		group = appsv1.GroupName
 	case "leases":
 		group = "coordination.k8s.io"
 	case "volumesnapshots", "volumesnapshotcontents":

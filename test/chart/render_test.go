@@ -50,6 +50,15 @@ var wantLeaseRules = []rbacv1.PolicyRule{
 	rule("coordination.k8s.io", "leases", "get", "watch", "list", "update", "create"),
 }
 
+// wantCapacityRules are the namespaced permissions that sidecar.capacity
+// adds: the CSIStorageCapacity objects, and the pod and ReplicaSet read to
+// find their owner.
+var wantCapacityRules = []rbacv1.PolicyRule{
+	rule("storage.k8s.io", "csistoragecapacities", "list", "watch", "create", "update", "delete"),
+	rule("", "pods", "get"),
+	rule("apps", "replicasets", "get"),
+}
+
 // normRules renders rules as sorted "group/resource: verbs" lines, so two
 // rule lists compare equal when they grant the same verbs on the same
 // resources, whatever the order.
@@ -379,7 +388,7 @@ func TestRenderDefaults(t *testing.T) {
 
 	drvObj := typed[storagev1.CSIDriver](t, m.one(t, "CSIDriver"))
 	if drvObj.Name != "hostpath.csi.kube-storage.io" || drvObj.Spec.AttachRequired == nil || *drvObj.Spec.AttachRequired ||
-		drvObj.Spec.PodInfoOnMount == nil || *drvObj.Spec.PodInfoOnMount || drvObj.Spec.FSGroupPolicy != nil ||
+		drvObj.Spec.PodInfoOnMount == nil || *drvObj.Spec.PodInfoOnMount || drvObj.Spec.FSGroupPolicy != nil || drvObj.Spec.StorageCapacity != nil ||
 		!slices.Equal(drvObj.Spec.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}) {
 		t.Errorf("CSIDriver = %+v", drvObj)
 	}
@@ -447,6 +456,10 @@ func TestRenderAllOptions(t *testing.T) {
 		"--http-endpoint=:9808",
 		"--enable-binder=true",
 		"--binder-resync-period=30s",
+		"--enable-capacity",
+		"--capacity-ownerref-level=2",
+		"--capacity-poll-interval=5m",
+		"--capacity-for-immediate-binding",
 		// --kube-api-qps and --timeout come from additionalArgs below.
 		"--kube-api-burst=600",
 		"--worker-threads=100",
@@ -464,6 +477,13 @@ func TestRenderAllOptions(t *testing.T) {
 	// The value's GOMEMLIMIT replaces the chart's.
 	if e, _ := envValue(sc, "GOMEMLIMIT"); e.Value != "400MiB" || strings.Count(fmt.Sprint(sc.Env), "GOMEMLIMIT") != 1 {
 		t.Errorf("sidecar env = %+v, want GOMEMLIMIT=400MiB once", sc.Env)
+	}
+	// sidecar.capacity: the namespace of the objects and the pod where the
+	// owner lookup starts, from the downward API.
+	for name, path := range map[string]string{"NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"} {
+		if e, ok := envValue(sc, name); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
+			t.Errorf("sidecar %s = %+v, want the pod's %s", name, e, path)
+		}
 	}
 	if sc.Resources.Limits.Cpu().String() != "500m" || sc.Resources.Requests.Memory().String() != "128Mi" {
 		t.Errorf("sidecar resources = %+v", sc.Resources)
@@ -505,11 +525,12 @@ func TestRenderAllOptions(t *testing.T) {
 		t.Errorf("ServiceAccount = %+v", sa.ObjectMeta)
 	}
 	checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, wantClusterRules)
-	checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, wantLeaseRules)
+	checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, append(slices.Clone(wantLeaseRules), wantCapacityRules...))
 
 	drvObj := typed[storagev1.CSIDriver](t, m.one(t, "CSIDriver"))
 	if drvObj.Name != "block.csi.vendor.example.com" || !*drvObj.Spec.AttachRequired || !*drvObj.Spec.PodInfoOnMount ||
-		drvObj.Spec.FSGroupPolicy == nil || *drvObj.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy {
+		drvObj.Spec.FSGroupPolicy == nil || *drvObj.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy ||
+		drvObj.Spec.StorageCapacity == nil || !*drvObj.Spec.StorageCapacity {
 		t.Errorf("CSIDriver = %+v", drvObj.Spec)
 	}
 
