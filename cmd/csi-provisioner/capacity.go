@@ -24,13 +24,9 @@ func newCapacity(ctx context.Context, cfg *Config, restCfg *rest.Config, driver 
 	if !cfg.EnableCapacity {
 		return nil, nil
 	}
-	logger := klog.FromContext(ctx)
 	caps := driver.Capabilities()
 	if !caps.GetCapacity {
 		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY controller capability", caps.DriverName)
-	}
-	if !caps.VolumeAccessibility {
-		logger.Info("WARNING: --enable-capacity with a CSI driver that reports no topology: capacity is published per topology segment of the CSINode objects, so there will be none", "driver", caps.DriverName)
 	}
 	capCfg := rest.CopyConfig(restCfg)
 	capCfg.QPS, capCfg.Burst = float32(cfg.KubeAPICapacityQPS), cfg.KubeAPICapacityBurst
@@ -53,7 +49,7 @@ func newCapacity(ctx context.Context, cfg *Config, restCfg *rest.Config, driver 
 		if err != nil {
 			return nil, fmt.Errorf("--capacity-ownerref-level=%d: %w", cfg.CapacityOwnerrefLevel, err)
 		}
-		logger.Info("CSIStorageCapacity objects are owned", "kind", owner.Kind, "name", owner.Name, "namespace", cfg.Namespace)
+		klog.FromContext(ctx).Info("CSIStorageCapacity objects are owned", "kind", owner.Kind, "name", owner.Name, "namespace", cfg.Namespace)
 		opts = append(opts, capacity.WithOwner(owner))
 	}
 	c, err := capacity.New(client, driver, caps.DriverName, cfg.Namespace, factory, opts...)

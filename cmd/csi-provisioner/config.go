@@ -257,18 +257,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative (0 disables the sweep), got %s", c.SnapshotOrphanSweepInterval)
 	case c.CloningProtectionThreads < 1:
 		return fmt.Errorf("--cloning-protection-threads must be at least 1, got %d", c.CloningProtectionThreads)
-	case c.CapacityThreads < 1:
-		return fmt.Errorf("--capacity-threads must be at least 1, got %d", c.CapacityThreads)
-	case c.KubeAPICapacityQPS <= 0 || c.KubeAPICapacityBurst < 1:
-		return fmt.Errorf("--kube-api-capacity-qps (%v) must be positive and --kube-api-capacity-burst (%d) at least 1", c.KubeAPICapacityQPS, c.KubeAPICapacityBurst)
-	case c.CapacityPollInterval <= 0:
-		return fmt.Errorf("--capacity-poll-interval must be positive, got %s", c.CapacityPollInterval)
-	case c.CapacityOwnerrefLevel < -1:
-		return fmt.Errorf("--capacity-ownerref-level must be -1 (no owner) or more, got %d", c.CapacityOwnerrefLevel)
-	case c.EnableCapacity && c.Namespace == "":
-		return errors.New("--enable-capacity needs the NAMESPACE environment variable: the namespace of the CSIStorageCapacity objects (set it from the pod's metadata.namespace)")
-	case c.EnableCapacity && c.CapacityOwnerrefLevel >= 0 && c.PodName == "":
-		return fmt.Errorf("--enable-capacity with --capacity-ownerref-level=%d needs the POD_NAME environment variable (set it from the pod's metadata.name), or --capacity-ownerref-level=-1 for objects without an owner", c.CapacityOwnerrefLevel)
 	case c.BinderWorkers < 1:
 		return fmt.Errorf("--binder-workers must be at least 1, got %d", c.BinderWorkers)
 	case c.BinderResyncPeriod <= 0:
@@ -287,11 +275,34 @@ func (c *Config) Validate() error {
 	case !strings.HasPrefix(c.MetricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
 	}
+	if err := c.validateCapacity(); err != nil {
+		return err
+	}
 	if err := csiclient.CheckAddress(c.CSIAddress); err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	if err := logsapi.ValidateAndApply(c.Logging, c.loggingGates); err != nil {
 		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
+}
+
+// validateCapacity checks the storage capacity flags and, with
+// --enable-capacity, the environment they need.
+func (c *Config) validateCapacity() error {
+	switch {
+	case c.CapacityThreads < 1:
+		return fmt.Errorf("--capacity-threads must be at least 1, got %d", c.CapacityThreads)
+	case c.KubeAPICapacityQPS <= 0 || c.KubeAPICapacityBurst < 1:
+		return fmt.Errorf("--kube-api-capacity-qps (%v) must be positive and --kube-api-capacity-burst (%d) at least 1", c.KubeAPICapacityQPS, c.KubeAPICapacityBurst)
+	case c.CapacityPollInterval <= 0:
+		return fmt.Errorf("--capacity-poll-interval must be positive, got %s", c.CapacityPollInterval)
+	case c.CapacityOwnerrefLevel < -1:
+		return fmt.Errorf("--capacity-ownerref-level must be -1 (no owner) or more, got %d", c.CapacityOwnerrefLevel)
+	case c.EnableCapacity && c.Namespace == "":
+		return errors.New("--enable-capacity needs the NAMESPACE environment variable: the namespace of the CSIStorageCapacity objects (set it from the pod's metadata.namespace)")
+	case c.EnableCapacity && c.CapacityOwnerrefLevel >= 0 && c.PodName == "":
+		return fmt.Errorf("--enable-capacity with --capacity-ownerref-level=%d needs the POD_NAME environment variable (set it from the pod's metadata.name), or --capacity-ownerref-level=-1 for objects without an owner", c.CapacityOwnerrefLevel)
 	}
 	return nil
 }

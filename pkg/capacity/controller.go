@@ -498,6 +498,11 @@ func (c *Controller) objectsFor(key string, record *storagev1.CSIStorageCapacity
 
 // newObject returns the object to create for it.
 func (c *Controller) newObject(it item, capacity, maxSize *resource.Quantity) *storagev1.CSIStorageCapacity {
+	// The empty segment (a driver without topology) selects every node.
+	topology := &metav1.LabelSelector{}
+	if len(it.segment) > 0 {
+		topology.MatchLabels = maps.Clone(it.segment)
+	}
 	obj := &storagev1.CSIStorageCapacity{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: generateName,
@@ -505,7 +510,7 @@ func (c *Controller) newObject(it item, capacity, maxSize *resource.Quantity) *s
 			Labels:       map[string]string{driverNameLabel: c.driverName, managedByLabel: managedBy},
 		},
 		StorageClassName:  it.class,
-		NodeTopology:      &metav1.LabelSelector{MatchLabels: maps.Clone(it.segment)},
+		NodeTopology:      topology,
 		Capacity:          capacity,
 		MaximumVolumeSize: maxSize,
 	}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
 // write is one API write of the controller, for comparison.
@@ -59,6 +61,11 @@ func TestSync(t *testing.T) {
 		o.NodeTopology.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "x", Operator: metav1.LabelSelectorOpExists}}
 	}
 
+	// A driver without topology keys: one empty segment for all nodes.
+	flat := objects(one(wffc("fast"), testutil.NewNode("n1", nil), testutil.NewCSINode("n1", testDriver)))
+	kflat := itemKey("fast", segment{})
+	allNodes := func(o *storagev1.CSIStorageCapacity) { o.NodeTopology = &metav1.LabelSelector{} }
+
 	tests := []struct {
 		name      string
 		objs      []runtime.Object
@@ -70,6 +77,21 @@ func TestSync(t *testing.T) {
 		want      []write
 		wantCalls int
 	}{
+		{
+			name:      "driver without topology: one object selecting every node",
+			objs:      flat,
+			driver:    &fakeDriver{available: gi(100)},
+			keys:      []string{kflat},
+			want:      []write{{Verb: "create", Obj: newCSC("fast", "", gi(100), allNodes)}},
+			wantCalls: 1,
+		},
+		{
+			name:      "driver without topology: the existing object is adopted",
+			objs:      objects(flat, one(csc("csisc-flat", "fast", "", gi(100), allNodes))),
+			driver:    &fakeDriver{available: gi(100)},
+			keys:      []string{kflat},
+			wantCalls: 1,
+		},
 		{
 			name:      "creates one object per segment",
 			objs:      base,

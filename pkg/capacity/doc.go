@@ -21,7 +21,8 @@
 //     keys among the labels of the Node of the same name. A CSINode whose
 //     Node is missing or lacks one of the keys gives no segment. Nodes with
 //     equal values share a segment (typically, one per zone). A driver that
-//     reports no topology keys gets no objects.
+//     reports no topology keys has one empty segment (when a CSINode lists
+//     it), and its objects' nodeTopology selects every node, as upstream's.
 //
 // Each object lives in the namespace given to [New], is named by the API
 // server (generateName "csisc-"), carries the labels

@@ -47,8 +47,12 @@ func (c *Controller) onNodeUpdate(oldObj, newObj any) {
 func (c *Controller) onCSINodeUpdate(oldObj, newObj any) {
 	o, ok1 := oldObj.(*storagev1.CSINode)
 	n, ok2 := newObj.(*storagev1.CSINode)
-	if ok1 && ok2 && slices.Equal(topologyKeys(o, c.driverName), topologyKeys(n, c.driverName)) {
-		return
+	if ok1 && ok2 {
+		oldKeys, oldInstalled := topologyKeys(o, c.driverName)
+		newKeys, newInstalled := topologyKeys(n, c.driverName)
+		if oldInstalled == newInstalled && slices.Equal(oldKeys, newKeys) {
+			return
+		}
 	}
 	c.onTopologyChange(newObj)
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // segment is one topology segment of the driver: the values of the driver's
-// topology keys on some node. A segment derived from a CSINode is never
-// empty.
+// topology keys on some node. It is empty for a driver without topology
+// keys: its one segment is every node, and its objects' node topology
+// selects all nodes, as upstream's.
 type segment map[string]string
 
 // String returns the canonical form of s: "key=value" pairs sorted by key
@@ -34,31 +35,33 @@ func (s segment) String() string {
 	return b.String()
 }
 
-// topologyKeys returns the topology keys driverName reports in csiNode, or
-// nil when the driver is not installed on that node.
-func topologyKeys(csiNode *storagev1.CSINode, driverName string) []string {
+// topologyKeys returns the topology keys driverName reports in csiNode
+// (none for a driver without topology), and false when the driver is not
+// installed on that node.
+func topologyKeys(csiNode *storagev1.CSINode, driverName string) ([]string, bool) {
 	for _, d := range csiNode.Spec.Drivers {
 		if d.Name == driverName {
-			return d.TopologyKeys
+			return d.TopologyKeys, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // nodeSegments derives the segments of driverName from csiNodes and the
 // Nodes of the same names, deduplicated and keyed by their canonical string.
 //
-// A CSINode contributes a segment when it lists the driver with at least one
-// topology key and its Node exists with every key as a label; the segment
-// holds those keys with the Node's values. Any other CSINode contributes
+// A CSINode contributes a segment when it lists the driver and its Node
+// exists with every topology key of the driver as a label; the segment holds
+// those keys with the Node's values (none: the empty segment, for a driver
+// without topology keys). Any other CSINode contributes
 // nothing (logged at V(3) when the Node is the reason). A lister error other
 // than NotFound is treated like a missing Node: the next Node or CSINode
 // event computes the segments again.
 func nodeSegments(logger klog.Logger, driverName string, csiNodes []*storagev1.CSINode, nodes corelisters.NodeLister) map[string]segment {
 	segments := map[string]segment{}
 	for _, csiNode := range csiNodes {
-		keys := topologyKeys(csiNode, driverName)
-		if len(keys) == 0 {
+		keys, installed := topologyKeys(csiNode, driverName)
+		if !installed {
 			continue
 		}
 		node, err := nodes.Get(csiNode.Name)

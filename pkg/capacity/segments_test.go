@@ -45,9 +45,11 @@ func TestSegments(t *testing.T) {
 			nodes:    []*corev1.Node{node("n1", map[string]string{zoneKey: "a"})},
 		},
 		{
+			// One empty segment, for all nodes, as upstream.
 			name:     "driver without topology keys",
-			csiNodes: []*storagev1.CSINode{csiNode("n1")},
-			nodes:    []*corev1.Node{node("n1", map[string]string{zoneKey: "a"})},
+			csiNodes: []*storagev1.CSINode{csiNode("n1"), csiNode("n2")},
+			nodes:    []*corev1.Node{node("n1", map[string]string{zoneKey: "a"}), node("n2", nil)},
+			want:     []string{""},
 		},
 		{
 			name:     "node missing",
