@@ -91,13 +91,7 @@ type harness struct {
 // starts it (computes the desired items) and drains the queue.
 func newHarness(t *testing.T, objs []runtime.Object, driver *fakeDriver, opts ...Option) *harness {
 	t.Helper()
-	client := fake.NewClientset(objs...)
-	addGenerateNameReactor(client)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(client, driver, testDriver, testNamespace, factory, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	c, client, factory := newController(t, objs, driver, opts...)
 	t.Cleanup(c.queue.ShutDown)
 	h := &harness{c: c, client: client, factory: factory, driver: driver}
 	for _, o := range objs {
@@ -107,6 +101,20 @@ func newHarness(t *testing.T, objs []runtime.Object, driver *fakeDriver, opts ..
 	h.drain()
 	client.ClearActions()
 	return h
+}
+
+// newController creates a controller over a fake API server holding objs,
+// with the generated names the API server would give.
+func newController(t *testing.T, objs []runtime.Object, driver *fakeDriver, opts ...Option) (*Controller, *fake.Clientset, informers.SharedInformerFactory) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	addGenerateNameReactor(client)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(client, driver, testDriver, testNamespace, factory, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return c, client, factory
 }
 
 // testContext returns t.Context() with a logger writing to t.

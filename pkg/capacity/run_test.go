@@ -12,7 +12,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics"
 
@@ -23,13 +22,7 @@ import (
 // server holding objs, until the test ends.
 func runController(t *testing.T, objs []runtime.Object, driver *fakeDriver, opts ...Option) (*Controller, *fake.Clientset) {
 	t.Helper()
-	client := fake.NewClientset(objs...)
-	addGenerateNameReactor(client)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(client, driver, testDriver, testNamespace, factory, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	c, client, factory := newController(t, objs, driver, opts...)
 	ctx, cancel := context.WithCancel(testContext(t))
 	factory.Start(ctx.Done())
 	done := make(chan struct{})

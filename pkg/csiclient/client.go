@@ -252,6 +252,14 @@ func withTimeout[T any](ctx context.Context, d time.Duration, f func(context.Con
 	return f(ctx)
 }
 
+// timed calls f with a context that ends after d, and says how long the
+// call took.
+func timed[T any](ctx context.Context, d time.Duration, f func(context.Context) (T, error)) (T, time.Duration, error) {
+	start := time.Now()
+	resp, err := withTimeout(ctx, d, f)
+	return resp, time.Since(start), err
+}
+
 // Capabilities returns what the driver reported at Connect.
 func (c *Client) Capabilities() Capabilities { return c.caps }
 
@@ -263,12 +271,10 @@ func (c *Client) Address() string { return c.address }
 // to learn what to do. The call is idempotent by req.Name: repeating it after
 // an InProgress error continues the same creation.
 func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error) {
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	start := time.Now()
-	resp, err := c.ctrl.CreateVolume(ctx, req)
-	logger.V(2).Info("CreateVolume", "volumeName", req.GetName(), "duration", time.Since(start), "code", Code(err))
+	resp, took, err := timed(ctx, c.timeout, func(ctx context.Context) (*csi.CreateVolumeResponse, error) {
+		return c.ctrl.CreateVolume(ctx, req)
+	})
+	klog.FromContext(ctx).V(2).Info("CreateVolume", "volumeName", req.GetName(), "duration", took, "code", Code(err))
 	if err != nil {
 		return nil, &Error{Method: "CreateVolume", Volume: req.GetName(), Err: err}
 	}
@@ -284,12 +290,10 @@ func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 // that does not exist succeeds (CSI requires it). On failure the error is an
 // *Error.
 func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error {
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	start := time.Now()
-	_, err := c.ctrl.DeleteVolume(ctx, req)
-	logger.V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", time.Since(start), "code", Code(err))
+	_, took, err := timed(ctx, c.timeout, func(ctx context.Context) (*csi.DeleteVolumeResponse, error) {
+		return c.ctrl.DeleteVolume(ctx, req)
+	})
+	klog.FromContext(ctx).V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", took, "code", Code(err))
 	if err != nil {
 		return &Error{Method: "DeleteVolume", Volume: req.GetVolumeId(), Err: err}
 	}
@@ -300,12 +304,10 @@ func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 // driver's answer: the capacity available for volumes with req's parameters
 // in req's topology segment. On failure the error is an *Error.
 func (c *Client) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	start := time.Now()
-	resp, err := c.ctrl.GetCapacity(ctx, req)
-	logger.V(4).Info("GetCapacity", "segment", req.GetAccessibleTopology().GetSegments(), "duration", time.Since(start), "code", Code(err))
+	resp, took, err := timed(ctx, c.timeout, func(ctx context.Context) (*csi.GetCapacityResponse, error) {
+		return c.ctrl.GetCapacity(ctx, req)
+	})
+	klog.FromContext(ctx).V(4).Info("GetCapacity", "segment", req.GetAccessibleTopology().GetSegments(), "duration", took, "code", Code(err))
 	if err != nil {
 		return nil, &Error{Method: "GetCapacity", Err: err}
 	}
