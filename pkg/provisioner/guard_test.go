@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
@@ -252,6 +254,38 @@ func TestLedger(t *testing.T) {
 	l.observeClean(uid)
 	if !l.release(uid) {
 		t.Error("a claim seen clean was not released")
+	}
+}
+
+// TestLedgerShrinks checks that after a burst the ledger moves what is left
+// into a smaller map (a Go map keeps the size of its peak) and keeps every
+// state it still holds.
+func TestLedgerShrinks(t *testing.T) {
+	l := newLedger()
+	const n = 10000
+	uid := func(i int) types.UID { return types.UID(fmt.Sprintf("uid-%d", i)) }
+	for i := range n {
+		if i%2 == 0 {
+			l.observeClean(uid(i))
+		} else if !l.begin(uid(i)) {
+			t.Fatalf("begin %d refused", i)
+		}
+	}
+	const kept = 100
+	for i := kept; i < n; i++ {
+		l.forget(uid(i))
+	}
+	if l.peak >= n {
+		t.Errorf("peak %d after forgetting all but %d of %d claims: the map was not replaced", l.peak, kept, n)
+	}
+	if len(l.states) != kept {
+		t.Fatalf("%d states left, want %d", len(l.states), kept)
+	}
+	for i := range kept {
+		// Seen clean: releasable. Create in flight: not.
+		if got, want := l.release(uid(i)), i%2 == 0; got != want {
+			t.Errorf("release(%s) = %t, want %t: its state was lost", uid(i), got, want)
+		}
 	}
 }
 
