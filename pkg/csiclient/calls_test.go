@@ -183,6 +183,42 @@ func TestGetCapacity(t *testing.T) {
 	}
 }
 
+func TestNodeGetInfo(t *testing.T) {
+	answer := &csi.NodeGetInfoResponse{NodeId: "node-a", AccessibleTopology: &csi.Topology{Segments: map[string]string{"zone": "a"}}}
+	tests := []struct {
+		name      string
+		driverErr error
+	}{
+		{name: "info"},
+		{name: "no node service", driverErr: status.Error(codes.Unimplemented, "controller only")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			d := startDriver(t)
+			d.expectConnect()
+			resp := answer
+			if tc.driverErr != nil {
+				resp = nil
+			}
+			d.node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).Return(resp, tc.driverErr).Times(1)
+			c := d.connect(ctx, t)
+
+			got, err := c.NodeGetInfo(ctx)
+			if tc.driverErr == nil {
+				if err != nil || !proto.Equal(got, answer) {
+					t.Fatalf("NodeGetInfo = %v, %v; want %v", got, err, answer)
+				}
+				return
+			}
+			var ce *csiclient.Error
+			if !errors.As(err, &ce) || ce.Method != "NodeGetInfo" || status.Code(err) != codes.Unimplemented {
+				t.Errorf("error %v (%T) is not an *Error for NodeGetInfo with code Unimplemented", err, err)
+			}
+		})
+	}
+}
+
 func TestProbe(t *testing.T) {
 	tests := []struct {
 		name     string

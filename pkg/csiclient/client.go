@@ -314,6 +314,21 @@ func (c *Client) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	return resp, nil
 }
 
+// NodeGetInfo asks the driver's node service for its node ID and the
+// topology of the node it runs on, for distributed provisioning, where the
+// sidecar runs next to the driver on every node. On failure the error is an
+// *Error.
+func (c *Client) NodeGetInfo(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
+	resp, took, err := timed(ctx, c.timeout, func(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
+		return csi.NewNodeClient(c.conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	})
+	klog.FromContext(ctx).V(2).Info("NodeGetInfo", "nodeID", resp.GetNodeId(), "topology", resp.GetAccessibleTopology().GetSegments(), "duration", took, "code", Code(err))
+	if err != nil {
+		return nil, &Error{Method: "NodeGetInfo", Err: err}
+	}
+	return resp, nil
+}
+
 // Probe asks the driver whether it is ready, for readiness checks.
 func (c *Client) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
