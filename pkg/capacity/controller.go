@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -60,6 +62,10 @@ type Driver interface {
 type Option func(*config)
 
 type config struct {
+	// node and nodeSegment are set in node deployment (see
+	// [WithNodeDeployment]).
+	node         string
+	nodeSegment  segment
 	owner        *metav1.OwnerReference
 	pollInterval time.Duration
 	immediate    bool
@@ -105,6 +111,20 @@ func WithRetry(start, maxDelay time.Duration) Option {
 	return func(c *config) { c.retryStart, c.retryMax = start, maxDelay }
 }
 
+// WithNodeDeployment makes the controller publish the capacity of one node
+// only, for distributed provisioning (upstream's --node-deployment), where
+// a sidecar runs next to the driver on every node: the one segment is
+// topology (the driver's NodeGetInfo; empty for a driver without topology)
+// instead of the segments of every CSINode, and the objects' managed-by
+// label is "external-provisioner-<node>", so that each node's sidecar sees
+// and manages only its own objects.
+func WithNodeDeployment(node string, topology map[string]string) Option {
+	return func(c *config) {
+		c.node, c.nodeSegment = node, segment{}
+		maps.Copy(c.nodeSegment, topology)
+	}
+}
+
 // WithMetricsRegistry registers the controller's gauges in r. Without it
 // they are not registered anywhere.
 func WithMetricsRegistry(r metrics.KubeRegistry) Option { return func(c *config) { c.registry = r } }
@@ -117,6 +137,8 @@ type Controller struct {
 	driverName string
 	namespace  string
 	cfg        config
+	// managedBy is the value of the managed-by label of the objects.
+	managedBy string
 
 	classLister   storagelisters.StorageClassLister
 	nodeLister    corelisters.NodeLister
@@ -173,6 +195,7 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 		driverName: driverName,
 		namespace:  namespace,
 		cfg:        cfg,
+		managedBy:  managedByValue(cfg.node),
 		logger:     klog.Background(),
 		created:    map[string]*storagev1.CSIStorageCapacity{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -180,7 +203,7 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: queueName}),
 	}
 
-	selector := labels.SelectorFromSet(labels.Set{driverNameLabel: driverName, managedByLabel: managedBy}).String()
+	selector := labels.SelectorFromSet(labels.Set{driverNameLabel: driverName, managedByLabel: c.managedBy}).String()
 	c.objFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
@@ -192,10 +215,8 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 	}
 
 	classes := factory.Storage().V1().StorageClasses()
-	nodes := factory.Core().V1().Nodes()
-	csiNodes := factory.Storage().V1().CSINodes()
 	volumes := factory.Core().V1().PersistentVolumes()
-	c.classLister, c.nodeLister, c.csiNodeLister = classes.Lister(), nodes.Lister(), csiNodes.Lister()
+	c.classLister = classes.Lister()
 
 	handlers := []struct {
 		informer cache.SharedIndexInformer
@@ -203,9 +224,21 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 	}{
 		{c.objInformer, cache.ResourceEventHandlerFuncs{AddFunc: c.onObject, UpdateFunc: func(_, obj any) { c.onObject(obj) }, DeleteFunc: c.onObjectDelete}},
 		{classes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onTopologyChange, UpdateFunc: c.onClassUpdate, DeleteFunc: c.onTopologyChange}},
-		{nodes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onTopologyChange, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onTopologyChange}},
-		{csiNodes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onTopologyChange, UpdateFunc: c.onCSINodeUpdate, DeleteFunc: c.onTopologyChange}},
 		{volumes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onVolume, UpdateFunc: c.onVolumeUpdate, DeleteFunc: c.onVolumeDelete}},
+	}
+	if cfg.node == "" {
+		// The segments of every node: watch Nodes and CSINodes. In node
+		// deployment the one segment is fixed.
+		nodes := factory.Core().V1().Nodes()
+		csiNodes := factory.Storage().V1().CSINodes()
+		c.nodeLister, c.csiNodeLister = nodes.Lister(), csiNodes.Lister()
+		handlers = append(handlers, []struct {
+			informer cache.SharedIndexInformer
+			handler  cache.ResourceEventHandler
+		}{
+			{nodes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onTopologyChange, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onTopologyChange}},
+			{csiNodes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onTopologyChange, UpdateFunc: c.onCSINodeUpdate, DeleteFunc: c.onTopologyChange}},
+		}...)
 	}
 	for _, h := range handlers {
 		reg, err := h.informer.AddEventHandler(h.handler)
@@ -221,6 +254,24 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 		}
 	}
 	return c, nil
+}
+
+// managedByValue is the managed-by label of the objects: upstream's
+// "external-provisioner", or "external-provisioner-<node>" in node
+// deployment. A label value has at most 63 characters; a longer one keeps
+// its start and ends with a hash of the node name, so that it stays unique.
+func managedByValue(node string) string {
+	if node == "" {
+		return managedBy
+	}
+	v := managedBy + "-" + node
+	if len(v) <= validation.LabelValueMaxLength {
+		return v
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(node))
+	suffix := fmt.Sprintf("-%08x", h.Sum32())
+	return strings.TrimRight(v[:validation.LabelValueMaxLength-len(suffix)], "-_.") + suffix
 }
 
 // indexObjectByItem indexes CSIStorageCapacity objects by the key of the
@@ -507,7 +558,7 @@ func (c *Controller) newObject(it item, capacity, maxSize *resource.Quantity) *s
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: generateName,
 			Namespace:    c.namespace,
-			Labels:       map[string]string{driverNameLabel: c.driverName, managedByLabel: managedBy},
+			Labels:       map[string]string{driverNameLabel: c.driverName, managedByLabel: c.managedBy},
 		},
 		StorageClassName:  it.class,
 		NodeTopology:      topology,
@@ -586,17 +637,20 @@ func (c *Controller) forgetCreatedLocked(key, name string) {
 // refreshLocked computes the desired items from the caches, queues the new
 // ones and the objects of those that are gone.
 func (c *Controller) refreshLocked() {
-	csiNodes, err := c.csiNodeLister.List(labels.Everything())
-	if err != nil {
-		c.logger.Error(err, "Cannot list CSINodes; desired CSIStorageCapacity objects unchanged")
-		return
+	segments := map[string]segment{c.cfg.nodeSegment.String(): c.cfg.nodeSegment}
+	if c.cfg.node == "" {
+		csiNodes, err := c.csiNodeLister.List(labels.Everything())
+		if err != nil {
+			c.logger.Error(err, "Cannot list CSINodes; desired CSIStorageCapacity objects unchanged")
+			return
+		}
+		segments = nodeSegments(c.logger, c.driverName, csiNodes, c.nodeLister)
 	}
 	classes, err := c.classLister.List(labels.Everything())
 	if err != nil {
 		c.logger.Error(err, "Cannot list StorageClasses; desired CSIStorageCapacity objects unchanged")
 		return
 	}
-	segments := nodeSegments(c.logger, c.driverName, csiNodes, c.nodeLister)
 	items := desiredItems(classes, segments, c.driverName, c.cfg.immediate)
 	var added, removed int
 	for key := range items {

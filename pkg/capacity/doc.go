@@ -24,6 +24,11 @@
 //     reports no topology keys has one empty segment (when a CSINode lists
 //     it), and its objects' nodeTopology selects every node, as upstream's.
 //
+// In node deployment ([WithNodeDeployment]), a sidecar runs on every node
+// and its controller publishes that node's segment only (the driver's
+// NodeGetInfo topology), with managed-by=external-provisioner-<node>, so
+// each node's controller sees and manages only its own objects.
+//
 // Each object lives in the namespace given to [New], is named by the API
 // server (generateName "csisc-"), carries the labels
 // csi.storage.k8s.io/drivername=<driver> and

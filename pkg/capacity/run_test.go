@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics"
 
@@ -141,4 +143,60 @@ func TestRunEvents(t *testing.T) {
 	}
 	waitPublished(t, client, "deleted object created again",
 		fmt.Sprintf("fast/%s=9Gi", zone("a")), fmt.Sprintf("fast/%s=9Gi", zone("b")), fmt.Sprintf("fast/%s=9Gi", zone("c")))
+}
+
+// TestRunNodeDeployment runs a node's controller in node deployment: it
+// publishes its own segment only (not the other nodes' CSINodes), labels
+// its object with its node, and leaves another node's object alone.
+func TestRunNodeDeployment(t *testing.T) {
+	other := csc("csisc-n2", "fast", "b", gi(5), func(o *storagev1.CSIStorageCapacity) {
+		o.Labels[managedByLabel] = managedByValue("n2")
+	})
+	objs := objects(one(wffc("fast")), zoneNode("n1", "a"), zoneNode("n2", "b"), one(other))
+	driver := &fakeDriver{available: gi(10)}
+	_, client := runController(t, objs, driver, WithNodeDeployment("n1", zone("a")), WithPollInterval(time.Hour))
+	waitPublished(t, client, "this node's object next to the other node's",
+		fmt.Sprintf("fast/%s=10Gi", zone("a")), fmt.Sprintf("fast/%s=5Gi", zone("b")))
+	list, err := client.StorageV1().CSIStorageCapacities(testNamespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range list.Items {
+		want := "external-provisioner-n1"
+		if o.Name == other.Name {
+			want = "external-provisioner-n2"
+		}
+		if got := o.Labels[managedByLabel]; got != want {
+			t.Errorf("object %s for %v: managed-by %q, want %q", o.Name, o.NodeTopology.MatchLabels, got, want)
+		}
+	}
+	for _, req := range driver.calls() {
+		if !maps.Equal(req.GetAccessibleTopology().GetSegments(), zone("a")) {
+			t.Errorf("GetCapacity for %v: a node asks for its own segment only", req.GetAccessibleTopology().GetSegments())
+		}
+	}
+}
+
+func TestManagedByValue(t *testing.T) {
+	long := strings.Repeat("n", 70)
+	tests := []struct {
+		node, want string
+	}{
+		{node: "", want: "external-provisioner"},
+		{node: "worker-1", want: "external-provisioner-worker-1"},
+	}
+	for _, tt := range tests {
+		if got := managedByValue(tt.node); got != tt.want {
+			t.Errorf("managedByValue(%q) = %q, want %q", tt.node, got, tt.want)
+		}
+	}
+	a, b := managedByValue(long+"-a"), managedByValue(long+"-b")
+	for _, v := range []string{a, b} {
+		if errs := validation.IsValidLabelValue(v); len(errs) != 0 {
+			t.Errorf("managedByValue of a long node name = %q: %v", v, errs)
+		}
+	}
+	if a == b {
+		t.Errorf("two long node names with the same start share the label %q", a)
+	}
 }
