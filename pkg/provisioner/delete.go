@@ -21,7 +21,9 @@ import (
 // policy Delete, provisioned ones and static CSI ones of this driver alike.
 //
 //   - A PV that is not a CSI volume of this driver gives an
-//     *controller.IgnoredError: the library skips it silently.
+//     *controller.IgnoredError: the library skips it silently. So does, in
+//     node deployment, a PV whose node affinity does not allow this node,
+//     and one without node affinity (see the package documentation).
 //   - While any VolumeAttachment names the PV (and the driver publishes
 //     volumes), it returns "persistentvolume <pv> is still attached to node
 //     <node>"; the library retries.
@@ -40,6 +42,11 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	logger := klog.FromContext(ctx).WithValues("pv", klog.KObj(pv), "volumeID", pv.Spec.CSI.VolumeHandle)
 	ctx = klog.NewContext(ctx, logger)
 	start := time.Now()
+	if p.node != nil {
+		if err := p.checkVolumeNode(ctx, pv); err != nil {
+			return err
+		}
+	}
 	if err := p.checkCapabilities(false); err != nil {
 		return err
 	}

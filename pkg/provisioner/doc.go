@@ -10,9 +10,10 @@
 // Cloning from a claim follows upstream too, with its cloning-protection
 // finalizer on the source (see clone.go and RunCloneProtection), and so
 // does restoring from a VolumeSnapshot (snapshot.go, with the periodic sweep
-// of orphaned snapshot finalizers in RunSnapshotSweep). CSI
-// migration, distributed (node) deployment, cross-namespace data sources
-// and capacity tracking are not part of this package.
+// of orphaned snapshot finalizers in RunSnapshotSweep), and so does
+// distributed provisioning (see Node deployment below). CSI migration,
+// cross-namespace data sources and capacity tracking are not part of this
+// package.
 //
 // # Error states
 //
@@ -92,6 +93,47 @@
 // different volume. Each keeps the finalizer until the volume named after
 // the claim is known not to exist, or an administrator who checked the
 // storage backend removes it.
+//
+// # Node deployment
+//
+// With [WithNodeDeployment] (upstream's --node-deployment) one provisioner
+// runs on every node, next to a driver instance that can only create
+// volumes on that node, and each provisions and deletes only what is its
+// node's:
+//
+//   - Topology comes from this node alone: the Node and CSINode that the
+//     topology rules read are static copies built from the driver's
+//     NodeGetInfo, not informers, so no sidecar watches every Node.
+//   - A claim whose volume.kubernetes.io/selected-node names this node is
+//     provisioned here; one naming another node is left to that node,
+//     silently (not an error). A claim with delayed binding waits for the
+//     scheduler to select a node.
+//   - A claim with Immediate binding and no selected node is taken, when
+//     ImmediateBinding is on, by the first node that sets selected-node to
+//     itself: each node waits a per-claim delay that grows with every
+//     attempt (BaseDelay doubling up to MaxDelay, with jitter) while
+//     looking whether another node took it, then, with GetCapacity, checks
+//     that the volume fits on this node, then writes the annotation. A
+//     conflicting write means another node won. This happens in
+//     ShouldProvision, as upstream, so that the library posts its
+//     "Provisioning" event only on the node that took the claim; the claim
+//     is provisioned when it comes back with this node selected. A node that
+//     lacks the capacity tries again the next time the library syncs the
+//     claim (an update of the claim, or the library's resync).
+//   - A PV is deleted by the node its node affinity allows; every other
+//     node ignores it. A PV without node affinity is never deleted in this
+//     mode: each node's driver would answer DeleteVolume for a volume it
+//     does not have with success (CSI deletes are idempotent), so the PV
+//     would be removed while the real volume leaks on its node. Such PVs
+//     are left to an administrator.
+//   - The in-flight guard of a node acts only on claims selected for that
+//     node (and on a delayed-binding claim this node rescheduled after a
+//     final answer, which no node takes until the scheduler selects one
+//     again): its knowledge that no CreateVolume is in flight holds for
+//     this process only, and the selected-node annotation says which
+//     process may send CreateVolume for a claim. That annotation changes
+//     only after a final answer (rescheduling), so at most one node has a
+//     create in flight for a claim.
 //
 // # Events
 //

@@ -79,6 +79,11 @@ func (p *Provisioner) changeInflight(ctx context.Context, claim *corev1.Persiste
 			return fmt.Errorf("get claim %s: %w", klog.KObj(claim), getErr)
 		case live.UID != claim.UID:
 			return gone(add)
+		case !add && p.node != nil && !p.nodeGuards(live):
+			// Node deployment: the claim changed hands meanwhile (another
+			// node selected itself); its finalizer is that node's now.
+			logger.V(4).Info("Not removing the in-flight finalizer of a claim another node took", "pvc", klog.KObj(claim), "selectedNode", selectedNodeName(live))
+			return nil
 		}
 		cur = live
 	}

@@ -102,6 +102,9 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 	if !inflight.Has(claim) || !p.annotatedForUs(claim) {
 		return nil
 	}
+	if p.node != nil && !p.nodeGuards(claim) {
+		return nil
+	}
 	logger = logger.WithValues("pvc", klog.KObj(claim))
 	deleting, bound := claim.DeletionTimestamp != nil, claim.Spec.VolumeName != ""
 
@@ -152,10 +155,15 @@ func (p *Provisioner) provisionedVolume(claim *corev1.PersistentVolumeClaim) *co
 
 // enqueueClaim queues a claim of this driver that carries the finalizer,
 // and feeds the ledger: a pending claim seen without the finalizer has had
-// no CreateVolume yet; a bound one without it needs no record.
+// no CreateVolume yet; a bound one without it needs no record. In node
+// deployment it ignores the claims that another node may send CreateVolume
+// for (see nodeGuards).
 func (p *Provisioner) enqueueClaim(queue workqueue.TypedInterface[string], obj interface{}) {
 	claim, ok := obj.(*corev1.PersistentVolumeClaim)
 	if !ok {
+		return
+	}
+	if p.node != nil && !p.nodeGuards(claim) {
 		return
 	}
 	if !inflight.Has(claim) {
@@ -188,6 +196,9 @@ func (p *Provisioner) forgetClaim(obj interface{}) {
 	}
 	if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 		p.attempts.forget(claim.UID)
+		if p.node != nil {
+			p.node.delays.forget(claim.UID)
+		}
 	}
 }
 

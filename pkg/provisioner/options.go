@@ -59,6 +59,8 @@ type config struct {
 	// snapshots is the snapshot API client; nil refuses restores.
 	snapshots                   snapclient.Interface
 	preventVolumeModeConversion bool
+	// node is set by WithNodeDeployment; nil for central provisioning.
+	node *NodeDeployment
 }
 
 func defaultConfig() config {
@@ -92,6 +94,11 @@ func (c *config) validate(driverName string) error {
 	}
 	if c.identitySet && c.identity == "" {
 		errs = append(errs, errors.New("provisioner identity must not be empty"))
+	}
+	if c.node != nil {
+		if err := c.node.validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -180,7 +187,7 @@ func WithVolumeAttributesClass(on bool) Option {
 }
 
 // WithClock replaces the real clock (tests). It is used for the default
-// identity.
+// identity and for the waits of node deployment.
 func WithClock(clk clock.Clock) Option {
 	return func(c *config) { c.clock = clk }
 }

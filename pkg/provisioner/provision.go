@@ -36,6 +36,11 @@ const cleanupAttempts = 5
 //     for another node.
 //   - ProvisioningNoChange: the call failed before reaching the driver.
 //
+// In node deployment ([WithNodeDeployment]) Provision first makes sure the
+// claim is this node's (ShouldProvision has normally taken an
+// immediate-binding claim already; see becomeOwner); a claim of another
+// node gives an *controller.IgnoredError.
+//
 // Before the first CreateVolume for a claim the in-flight finalizer is
 // persisted on it (see the package documentation); no CreateVolume is sent
 // without it, and none for a claim being deleted that lacks it. For a claim
@@ -53,6 +58,14 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	}
 	if claim.DeletionTimestamp != nil && !inflight.Has(claim) {
 		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: msgClaimDeletingNoInflight}
+	}
+	var taken bool // this call set selected-node to this node (node deployment)
+	if p.node != nil {
+		owned, took, state, err := p.takeClaim(ctx, claim, class)
+		if err != nil {
+			return nil, state, err
+		}
+		claim, taken, opts.SelectedNodeName = owned, took, p.node.NodeName
 	}
 
 	pl, state, err := p.prepare(ctx, claim, class, opts.SelectedNodeName, false)
@@ -80,6 +93,11 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	cur, err := p.claims.PersistentVolumeClaims(claim.Namespace).Get(claim.Name)
 	if err != nil || cur.UID != claim.UID {
 		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim no longer exists"}
+	}
+	if p.node != nil {
+		if cur, err = p.ownedCopy(cur, claim, taken); err != nil {
+			return nil, controller.ProvisioningFinished, err
+		}
 	}
 	if !inflight.Has(cur) {
 		p.attempts.observeClean(cur.UID)
@@ -134,6 +152,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)
 	p.attempts.forget(claim.UID)
+	if p.node != nil {
+		p.node.delays.forget(claim.UID)
+	}
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
 	return pv, controller.ProvisioningFinished, nil
 }

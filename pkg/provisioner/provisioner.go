@@ -81,12 +81,14 @@ type Provisioner struct {
 	hasSynced  []cache.InformerSynced
 	topologies *topologyCache
 	attempts   *ledger
+	node       *nodeDeployment // nil without WithNodeDeployment
 }
 
 // New returns a provisioner for driver. It registers the informers it reads
 // on factory (PersistentVolumeClaims, PersistentVolumes, StorageClasses
 // always; Nodes and CSINodes when the driver reports volume accessibility
-// constraints; VolumeAttachments when it reports PUBLISH_UNPUBLISH_VOLUME)
+// constraints, except in node deployment, which reads only its own node's
+// static copies; VolumeAttachments when it reports PUBLISH_UNPUBLISH_VOLUME)
 // and adds its indexers to them, so it must be called before factory is
 // started. Invalid options are reported as one joined error.
 func New(client kubernetes.Interface, driver csiclient.Driver, factory informers.SharedInformerFactory, opts ...Option) (*Provisioner, error) {
@@ -114,6 +116,13 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		topologies: newTopologyCache(),
 		attempts:   newLedger(),
 	}
+	if cfg.node != nil {
+		node, err := newNodeDeployment(*cfg.node, caps.DriverName)
+		if err != nil {
+			return nil, fmt.Errorf("new provisioner: %w", err)
+		}
+		p.node = node
+	}
 	switch r := cfg.recorder.(type) {
 	case *events.Deduplicator:
 		p.recorder = r
@@ -136,7 +145,10 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
 	p.volumes = volumeIndex
-	if caps.VolumeAccessibility {
+	switch {
+	case caps.VolumeAccessibility && p.node != nil:
+		p.nodes, p.csiNodes = p.node.nodes, p.node.csiNodes
+	case caps.VolumeAccessibility:
 		nodes, csiNodes := factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
 		p.nodes, p.csiNodes = nodes.Lister(), csiNodes.Lister()
 		p.hasSynced = append(p.hasSynced, nodes.Informer().HasSynced, csiNodes.Informer().HasSynced)
@@ -218,6 +230,9 @@ func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.Persist
 		logger.V(4).Info("Not provisioning a claim that is being deleted without the in-flight finalizer", "pvc", klog.KObj(claim))
 		return false
 	}
+	if p.node != nil && !p.nodeShouldProvision(ctx, claim) {
+		return false
+	}
 	className := storagehelpers.GetPersistentVolumeClaimClass(claim)
 	class, err := p.classes.Get(className)
 	switch {
@@ -248,6 +263,11 @@ func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.Persist
 // informers plus, as Provision does, the provisioner secret and the
 // VolumeAttributesClass with live GETs.
 func (p *Provisioner) CheckProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {
+	if p.node != nil {
+		if err := p.nodeCheckProvision(claim); err != nil {
+			return err
+		}
+	}
 	selected, _ := selectedNode(claim)
 	_, _, err := p.prepare(ctx, claim, class, selected, true)
 	return err

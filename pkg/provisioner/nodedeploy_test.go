@@ -1,0 +1,765 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// thisNode is the node of the provisioner under test; the nodes of
+// cluster() are others. Its topology differs from all of theirs.
+const thisNode = "n9"
+
+var thisTopology = topo(keyRack, "r9", keyZone, "z9")
+
+// testNodeDeployment is the tests' configuration: this node, immediate binding
+// on, tiny delays.
+func testNodeDeployment(mods ...func(*NodeDeployment)) NodeDeployment {
+	nd := NodeDeployment{
+		NodeName: thisNode, NodeID: "id-" + thisNode,
+		Topology:         map[string]string{keyZone: "z9", keyRack: "r9"},
+		ImmediateBinding: true,
+		BaseDelay:        time.Millisecond, MaxDelay: 2 * time.Millisecond,
+	}
+	for _, mod := range mods {
+		mod(&nd)
+	}
+	return nd
+}
+
+func withNode(mods ...func(*NodeDeployment)) Option {
+	return WithNodeDeployment(testNodeDeployment(mods...))
+}
+
+// selectedFor is a claim of the test driver selected for node ("" for none).
+func selectedFor(name, node string) *testutil.PVCBuilder {
+	b := newClaim(name)
+	if node != "" {
+		b.Annotation(storagehelpers.AnnSelectedNode, node)
+	}
+	return b
+}
+
+func TestNodeDeploymentValidation(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(*NodeDeployment)
+		wantErr string
+	}{
+		{name: "valid", mod: func(*NodeDeployment) {}},
+		{name: "equal delays", mod: func(nd *NodeDeployment) { nd.MaxDelay = nd.BaseDelay }},
+		{name: "no node name", mod: func(nd *NodeDeployment) { nd.NodeName = "" }, wantErr: "new provisioner: node deployment: NodeName must not be empty"},
+		{name: "zero base delay", mod: func(nd *NodeDeployment) { nd.BaseDelay = 0 }, wantErr: "node deployment: BaseDelay must be positive, got 0s"},
+		{name: "negative base delay", mod: func(nd *NodeDeployment) { nd.BaseDelay = -time.Second }, wantErr: "BaseDelay must be positive, got -1s"},
+		{
+			name: "max delay below base delay", mod: func(nd *NodeDeployment) { nd.BaseDelay, nd.MaxDelay = 2*time.Second, time.Second },
+			wantErr: "node deployment: MaxDelay 1s must not be shorter than BaseDelay 2s",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			_, err := New(client, &fakeDriver{caps: topologyCaps()}, informers.NewSharedInformerFactory(client, 0), withNode(tt.mod))
+			if (err == nil) != (tt.wantErr == "") || !strings.Contains(errString(err), tt.wantErr) {
+				t.Fatalf("New = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestNodeDeploymentShouldProvision covers which claims a node accepts:
+// its own, not another node's, and without a selected node only those with
+// immediate binding when ImmediateBinding is on. Claims of other nodes are
+// not errors: no event.
+func TestNodeDeploymentShouldProvision(t *testing.T) {
+	tests := []struct {
+		selected  string
+		lateBound bool
+		immediate bool // NodeDeployment.ImmediateBinding
+		want      bool
+	}{
+		{selected: thisNode, lateBound: true, immediate: true, want: true},
+		{selected: thisNode, lateBound: true, immediate: false, want: true},
+		{selected: thisNode, lateBound: false, immediate: true, want: true},
+		{selected: thisNode, lateBound: false, immediate: false, want: true},
+		{selected: "n1", lateBound: true, immediate: true, want: false},
+		{selected: "n1", lateBound: true, immediate: false, want: false},
+		{selected: "n1", lateBound: false, immediate: true, want: false},
+		{selected: "n1", lateBound: false, immediate: false, want: false},
+		{selected: "", lateBound: true, immediate: true, want: false},
+		{selected: "", lateBound: true, immediate: false, want: false},
+		// Raced for in ShouldProvision: see the subtest below (this claim
+		// is not in the API, so it cannot be taken).
+		{selected: "", lateBound: false, immediate: true, want: false},
+		{selected: "", lateBound: false, immediate: false, want: false},
+	}
+	for _, tt := range tests {
+		name := "selected=" + tt.selected
+		if tt.selected == "" {
+			name = "no selected node"
+		}
+		binding := map[bool]string{true: "WaitForFirstConsumer", false: "Immediate"}[tt.lateBound]
+		t.Run(name+"/"+binding+"/immediateBinding="+map[bool]string{true: "on", false: "off"}[tt.immediate], func(t *testing.T) {
+			class := newClass()
+			if tt.lateBound {
+				class.WaitForFirstConsumer()
+			}
+			h := newHarness(t, topologyCaps(), objs(class.Obj()), withNode(func(nd *NodeDeployment) { nd.ImmediateBinding = tt.immediate }))
+			if got := h.p.ShouldProvision(h.ctx, selectedFor("c", tt.selected).Obj()); got != tt.want {
+				t.Errorf("ShouldProvision = %v, want %v", got, tt.want)
+			}
+			if events := h.events(); len(events) > 0 {
+				t.Errorf("events = %q, want none", events)
+			}
+		})
+	}
+
+	// An immediate claim is taken in ShouldProvision, before the library
+	// posts its Provisioning event: false while the informer has not
+	// delivered the update, true for the claim that names this node.
+	t.Run("no selected node, Immediate: taken in ShouldProvision", func(t *testing.T) {
+		claim := newClaim("c").Obj()
+		h := newHarness(t, topologyCaps(), objs(newClass().Obj(), claim), withNode())
+		if h.p.ShouldProvision(h.ctx, claim) {
+			t.Error("ShouldProvision = true for the claim this call took; want false until the update arrives")
+		}
+		live := h.liveClaim(claim)
+		if got := selectedNodeName(live); got != thisNode {
+			t.Fatalf("selected-node = %q after ShouldProvision, want %q", got, thisNode)
+		}
+		if !h.p.ShouldProvision(h.ctx, live) {
+			t.Error("ShouldProvision = false for the claim selected for this node")
+		}
+		if creates := h.driver.createCalls(); len(creates) != 0 {
+			t.Errorf("CreateVolume calls = %d, want none from ShouldProvision", len(creates))
+		}
+		if events := h.events(); len(events) > 0 {
+			t.Errorf("events = %q, want none", events)
+		}
+	})
+
+	// Without a selected node no node can tell that a misconfigured claim
+	// is its own: none reports it.
+	t.Run("no selected node, class of another provisioner: no event", func(t *testing.T) {
+		h := newHarness(t, topologyCaps(), objs(newForeignClass()), withNode())
+		if h.p.ShouldProvision(h.ctx, newClaim("c").Obj()) {
+			t.Error("ShouldProvision = true")
+		}
+		if events := h.events(); len(events) > 0 {
+			t.Errorf("events = %q, want none", events)
+		}
+	})
+	t.Run("no selected node, class missing: no event", func(t *testing.T) {
+		h := newHarness(t, topologyCaps(), nil, withNode())
+		if h.p.ShouldProvision(h.ctx, newClaim("c").Obj()) {
+			t.Error("ShouldProvision = true")
+		}
+		if events := h.events(); len(events) > 0 {
+			t.Errorf("events = %q, want none", events)
+		}
+	})
+}
+
+// TestNodeDeploymentCheckProvision checks that the binder's check only
+// passes for claims selected for this node, so that no other claim gets
+// the in-flight finalizer before its node sends CreateVolume.
+func TestNodeDeploymentCheckProvision(t *testing.T) {
+	class := newClass().Obj()
+	h := newHarness(t, topologyCaps(), objs(class), withNode())
+	for selected, wantErr := range map[string]bool{thisNode: false, "n1": true, "": true} {
+		err := h.p.CheckProvision(h.ctx, selectedFor("c", selected).Obj(), class)
+		if (err != nil) != wantErr {
+			t.Errorf("CheckProvision(selected %q) = %v, want error %v", selected, err, wantErr)
+		}
+	}
+}
+
+type provisionResult struct {
+	pv    *corev1.PersistentVolume
+	state controller.ProvisioningState
+	err   error
+}
+
+// provisionAsync calls Provision as the library would, in a goroutine.
+func (h *harness) provisionAsync(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) <-chan provisionResult {
+	res := make(chan provisionResult, 1)
+	opts := controller.ProvisionOptions{StorageClass: class, PVName: h.p.VolumeName(claim), PVC: claim, SelectedNodeName: selectedNodeName(claim)}
+	go func() {
+		pv, state, err := h.p.Provision(ctx, opts)
+		res <- provisionResult{pv: pv, state: state, err: err}
+	}()
+	return res
+}
+
+// fakeCapacity is a scripted GetCapacity that records its requests.
+type fakeCapacity struct {
+	resp *csi.GetCapacityResponse
+	err  error
+	reqs []*csi.GetCapacityRequest // read after Provision returned
+}
+
+func (f *fakeCapacity) get(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	f.reqs = append(f.reqs, proto.Clone(req).(*csi.GetCapacityRequest))
+	return f.resp, f.err
+}
+
+// TestNodeDeploymentBecomeOwner covers how a node takes an immediate-binding
+// claim: wait (on a fake clock), capacity check, selected-node update, and
+// the cases in which it gives the claim up.
+func TestNodeDeploymentBecomeOwner(t *testing.T) {
+	const (
+		baseDelay = 10 * time.Second
+		maxDelay  = 20 * time.Second
+		poll      = baseDelay / 100
+	)
+	plenty := &csi.GetCapacityResponse{AvailableCapacity: 10 * gi}
+	tests := []struct {
+		name string
+		// apiClaim is the claim in the API; Provision gets it without
+		// selected-node, as the library's older copy.
+		apiClaim *corev1.PersistentVolumeClaim
+		capacity *fakeCapacity // nil: the driver lacks GET_CAPACITY
+		setup    func(h *harness)
+		// during runs once Provision waits on the clock; then the clock
+		// moves by step, at most maxSteps times (0: until it returns).
+		during    func(t *testing.T, h *harness, cancel context.CancelFunc)
+		step      time.Duration
+		maxSteps  int
+		wantState controller.ProvisioningState
+		wantErr   string // substring; "" for success
+		wantIgn   bool
+		// wantWrites are this node's claim updates.
+		wantWrites   int
+		wantSelected string // on the live claim afterwards
+		wantCreate   bool
+		wantCapCalls int
+		wantDelay    bool // the claim's delay is still counted
+	}{
+		{
+			name: "wins: claim updated and provisioned with this node's topology", apiClaim: newClaim("c").Obj(),
+			capacity: &fakeCapacity{resp: plenty}, wantState: controller.ProvisioningFinished,
+			wantWrites: 2, wantSelected: thisNode, wantCreate: true, wantCapCalls: 1,
+		},
+		{
+			name: "wins without GET_CAPACITY", apiClaim: newClaim("c").Obj(), wantState: controller.ProvisioningFinished,
+			wantWrites: 2, wantSelected: thisNode, wantCreate: true,
+		},
+		{
+			name: "another node takes it during the delay", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{resp: plenty},
+			during: func(t *testing.T, h *harness, _ context.CancelFunc) {
+				c := h.liveClaim(newClaim("c").Obj())
+				metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, "n1")
+				if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				testutil.Eventually(t, 0, "the informer sees n1", func(context.Context) (bool, error) {
+					c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("c")
+					return err == nil && selectedNodeName(c) == "n1", nil
+				})
+				h.client.ClearActions()
+			},
+			step: poll, maxSteps: 1, // one poll interval, far less than the delay
+			wantState: controller.ProvisioningFinished, wantErr: "node n1 took the claim", wantIgn: true, wantSelected: "n1",
+		},
+		{
+			name: "selected for another node before the first wait", apiClaim: selectedFor("c", "n1").Obj(), capacity: &fakeCapacity{resp: plenty},
+			wantState: controller.ProvisioningFinished, wantErr: "node n1 took the claim", wantIgn: true, wantSelected: "n1",
+		},
+		{
+			name: "not enough capacity: no update", apiClaim: newClaim("c").Obj(),
+			capacity:  &fakeCapacity{resp: &csi.GetCapacityResponse{AvailableCapacity: gi - 1}},
+			wantState: controller.ProvisioningNoChange, wantErr: "node n9 has not enough capacity: 1073741823 bytes available, 1073741824 requested",
+			wantIgn: true, wantCapCalls: 1, wantDelay: true,
+		},
+		{
+			name: "maximum volume size too small: no update", apiClaim: newClaim("c").Obj(),
+			capacity:  &fakeCapacity{resp: &csi.GetCapacityResponse{AvailableCapacity: 10 * gi, MaximumVolumeSize: wrapperspb.Int64(gi / 2)}},
+			wantState: controller.ProvisioningNoChange, wantErr: "maximum volume size 536870912 bytes", wantIgn: true, wantCapCalls: 1, wantDelay: true,
+		},
+		{
+			name: "GetCapacity fails: no update", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{err: errors.New("driver busy")},
+			wantState: controller.ProvisioningNoChange, wantErr: "capacity of node n9 unknown: GetCapacity: driver busy", wantIgn: true,
+			wantCapCalls: 1, wantDelay: true,
+		},
+		{
+			name: "update conflict: another writer won", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{resp: plenty},
+			setup: func(h *harness) {
+				h.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c", errors.New("stale"))
+				})
+			},
+			wantState: controller.ProvisioningNoChange, wantErr: "the claim changed before node n9 could take it", wantIgn: true,
+			wantWrites: 1, wantCapCalls: 1, wantDelay: true,
+		},
+		{
+			// The claim now has a selected node: no space there means
+			// rescheduling (the library removes selected-node).
+			name: "taken, then the driver has no space: rescheduled", apiClaim: newClaim("c").Obj(),
+			setup:     func(h *harness) { h.driver.createAnswers = []createAnswer{{err: csiErr(codes.ResourceExhausted)}} },
+			wantState: controller.ProvisioningReschedule, wantErr: "mock ResourceExhausted",
+			wantWrites: 2, wantSelected: thisNode, wantCreate: true, wantDelay: true,
+		},
+		{
+			name: "update fails otherwise: an error, retried", apiClaim: newClaim("c").Obj(),
+			setup: func(h *harness) {
+				h.failOn("update", "persistentvolumeclaims", apierrors.NewInternalError(errors.New("etcd down")))
+			},
+			wantState: controller.ProvisioningNoChange, wantErr: "set volume.kubernetes.io/selected-node on claim ns/c", wantWrites: 1, wantDelay: true,
+		},
+		{
+			name: "an earlier call won: no wait, no second write", apiClaim: selectedFor("c", thisNode).Obj(), capacity: &fakeCapacity{resp: plenty},
+			maxSteps: -1, wantState: controller.ProvisioningFinished, wantWrites: 1, wantSelected: thisNode, wantCreate: true,
+		},
+		{
+			name: "context done during the wait", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{resp: plenty},
+			during:    func(_ *testing.T, _ *harness, cancel context.CancelFunc) { cancel() },
+			maxSteps:  -1,
+			wantState: controller.ProvisioningNoChange, wantErr: "wait before taking claim ns/c: context canceled", wantDelay: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			nd := testNodeDeployment(func(nd *NodeDeployment) { nd.BaseDelay, nd.MaxDelay = baseDelay, maxDelay })
+			if tt.capacity != nil {
+				nd.GetCapacity = tt.capacity.get
+			}
+			class := newClass().Param("p", "v").Obj()
+			h := newHarness(t, topologyCaps(), append(cluster(), tt.apiClaim, class), WithNodeDeployment(nd), WithClock(clk))
+			if tt.setup != nil {
+				tt.setup(h)
+			}
+			libCopy := tt.apiClaim.DeepCopy()
+			delete(libCopy.Annotations, storagehelpers.AnnSelectedNode)
+			ctx, cancel := context.WithCancel(h.ctx)
+			defer cancel()
+
+			res := h.provisionAsync(ctx, libCopy, class)
+			got := drive(t, clk, res, func() {
+				if tt.during != nil {
+					tt.during(t, h, cancel)
+				}
+			}, cmpOr(tt.step, 2*maxDelay), tt.maxSteps)
+
+			if got.state != tt.wantState || isIgnored(got.err) != tt.wantIgn ||
+				(tt.wantErr == "") != (got.err == nil) || !strings.Contains(errString(got.err), tt.wantErr) {
+				t.Fatalf("Provision = %v, %v (ignored %v); want %v, %q (ignored %v)", got.state, got.err, isIgnored(got.err), tt.wantState, tt.wantErr, tt.wantIgn)
+			}
+			if strings.HasSuffix(tt.wantErr, "context canceled") && !errors.Is(got.err, context.Canceled) {
+				t.Errorf("error %v does not wrap context.Canceled", got.err)
+			}
+			if writes := countOf(h.writes(), "update persistentvolumeclaims"); writes != tt.wantWrites {
+				t.Errorf("claim updates = %d (%q), want %d", writes, h.writes(), tt.wantWrites)
+			}
+			live := h.liveClaim(tt.apiClaim)
+			if got := selectedNodeName(live); got != tt.wantSelected {
+				t.Errorf("live selected-node = %q, want %q", got, tt.wantSelected)
+			}
+			creates := h.driver.createCalls()
+			if (len(creates) == 1) != tt.wantCreate || len(creates) > 1 {
+				t.Fatalf("CreateVolume calls = %d, want call %v", len(creates), tt.wantCreate)
+			}
+			if tt.wantCreate {
+				want := &csi.TopologyRequirement{Requisite: topos(thisTopology), Preferred: topos(thisTopology)}
+				if req := creates[0].GetAccessibilityRequirements(); !proto.Equal(req, want) {
+					t.Errorf("accessibility requirements = %v, want %v (this node's only)", req, want)
+				}
+				if !inflight.Has(live) {
+					t.Error("no in-flight finalizer on the provisioned claim")
+				}
+				if (got.pv == nil) != (got.err != nil) {
+					t.Errorf("PV = %v with error %v", got.pv, got.err)
+				}
+			}
+			if tt.capacity != nil {
+				if len(tt.capacity.reqs) != tt.wantCapCalls {
+					t.Fatalf("GetCapacity calls = %d, want %d", len(tt.capacity.reqs), tt.wantCapCalls)
+				}
+				for _, req := range tt.capacity.reqs {
+					want := &csi.GetCapacityRequest{Parameters: map[string]string{"p": "v"}, AccessibleTopology: thisTopology}
+					if !proto.Equal(req, want) {
+						t.Errorf("GetCapacity request = %v, want %v", req, want)
+					}
+				}
+			}
+			h.p.node.delays.mu.Lock()
+			_, counted := h.p.node.delays.attempts[tt.apiClaim.UID]
+			h.p.node.delays.mu.Unlock()
+			if counted != tt.wantDelay {
+				t.Errorf("delay of the claim still counted = %v, want %v", counted, tt.wantDelay)
+			}
+			if events := h.events(); len(events) > 0 {
+				t.Errorf("events = %q, want none", events)
+			}
+		})
+	}
+}
+
+// drive waits until res delivers Provision's result. Whenever Provision
+// waits on clk, it runs during (the first time) and then moves clk by
+// step, at most maxSteps times (0: no limit; -1: never).
+func drive(t *testing.T, clk *clocktesting.FakeClock, res <-chan provisionResult, during func(), step time.Duration, maxSteps int) provisionResult {
+	t.Helper()
+	var got provisionResult
+	steps, ranDuring := 0, false
+	testutil.Eventually(t, 30*time.Second, "Provision returns", func(context.Context) (bool, error) {
+		select {
+		case got = <-res:
+			return true, nil
+		default:
+		}
+		if !clk.HasWaiters() {
+			return false, nil
+		}
+		if !ranDuring {
+			ranDuring = true
+			during()
+		}
+		if maxSteps == 0 || steps < maxSteps {
+			steps++
+			clk.Step(step)
+		}
+		return false, nil
+	})
+	return got
+}
+
+func cmpOr(d, fallback time.Duration) time.Duration {
+	if d != 0 {
+		return d
+	}
+	return fallback
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, e := range list {
+		if e == s {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNodeDeploymentDelays covers the per-claim delay: doubling from the
+// base, capped, with a jitter of up to 50%, forgotten on request.
+func TestNodeDeploymentDelays(t *testing.T) {
+	const base, maxDelay = time.Second, 5 * time.Second
+	for _, tt := range []struct {
+		jitter float64
+		want   []time.Duration
+	}{
+		{jitter: 0, want: []time.Duration{base, 2 * base, 4 * base, maxDelay, maxDelay}},
+		{jitter: 0.5, want: []time.Duration{1250 * time.Millisecond, 2500 * time.Millisecond, 5 * time.Second, 6250 * time.Millisecond, 6250 * time.Millisecond}},
+	} {
+		d := newOwnerDelays(base, maxDelay, func() float64 { return tt.jitter })
+		var got []time.Duration
+		for range tt.want {
+			got = append(got, d.next("a"))
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("jitter %v: delays = %v, want %v", tt.jitter, got, tt.want)
+		}
+		if first := d.next("b"); first != tt.want[0] {
+			t.Errorf("jitter %v: another claim's first delay = %v, want %v", tt.jitter, first, tt.want[0])
+		}
+		d.forget("a")
+		if again := d.next("a"); again != tt.want[0] {
+			t.Errorf("jitter %v: delay after forget = %v, want %v", tt.jitter, again, tt.want[0])
+		}
+	}
+	huge := newOwnerDelays(time.Second, time.Duration(1<<62), func() float64 { return 0 })
+	for range 100 {
+		if d := huge.next("a"); d <= 0 || d > time.Duration(1<<62) {
+			t.Fatalf("delay overflowed: %v", d)
+		}
+	}
+}
+
+// TestNodeDeploymentTopology checks that requests carry this node's
+// topology only, from the static Node and CSINode, even when the API has
+// other Nodes and CSINodes, and that no Node or CSINode informer runs.
+func TestNodeDeploymentTopology(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  []Option
+		class *storagev1.StorageClass
+		claim *corev1.PersistentVolumeClaim
+		want  *csi.TopologyRequirement
+	}{
+		{
+			name: "delayed binding, selected here", class: newClass().WaitForFirstConsumer().Obj(), claim: selectedFor("c", thisNode).Obj(),
+			want: &csi.TopologyRequirement{Requisite: topos(thisTopology), Preferred: topos(thisTopology)},
+		},
+		{
+			name: "strict topology", opts: []Option{WithStrictTopology(true)},
+			class: newClass().WaitForFirstConsumer().Obj(), claim: selectedFor("c", thisNode).Obj(),
+			want: &csi.TopologyRequirement{Requisite: topos(thisTopology), Preferred: topos(thisTopology)},
+		},
+		{
+			name: "immediate binding, taken by this node", class: newClass().Obj(), claim: newClaim("c").Obj(),
+			want: &csi.TopologyRequirement{Requisite: topos(thisTopology), Preferred: topos(thisTopology)},
+		},
+		{
+			name: "allowed topologies", class: newClass().AllowedTopology(keyZone, "z9", "a").Obj(), claim: selectedFor("c", thisNode).Obj(),
+			want: &csi.TopologyRequirement{Requisite: topos(zoneA, topo(keyZone, "z9")), Preferred: topos(topo(keyZone, "z9"), zoneA)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, topologyCaps(), append(cluster(), tt.claim, tt.class), append(tt.opts, withNode())...)
+			_, state, err := h.provision(tt.claim, tt.class)
+			if err != nil || state != controller.ProvisioningFinished {
+				t.Fatalf("Provision = %v, %v", state, err)
+			}
+			creates := h.driver.createCalls()
+			if len(creates) != 1 {
+				t.Fatalf("CreateVolume calls = %d, want 1", len(creates))
+			}
+			if got := creates[0].GetAccessibilityRequirements(); !proto.Equal(got, tt.want) {
+				t.Errorf("accessibility requirements = %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("static objects, no informers", func(t *testing.T) {
+		h := newHarness(t, topologyCaps(), cluster(), withNode())
+		for typ := range h.factory.WaitForCacheSync(t.Context().Done()) {
+			if s := typ.String(); s == "*v1.Node" || s == "*v1.CSINode" {
+				t.Errorf("informer %s runs in node deployment", s)
+			}
+		}
+		if nodes, err := h.p.nodes.List(labels.Everything()); err != nil || len(nodes) != 1 || nodes[0].Name != thisNode ||
+			!maps.Equal(nodes[0].Labels, thisTopology.GetSegments()) {
+			t.Errorf("nodes = %v, %v; want only %s with its topology", nodes, err, thisNode)
+		}
+		csiNode, err := h.p.csiNodes.Get(thisNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []storagev1.CSINodeDriver{{Name: testDriver, NodeID: "id-" + thisNode, TopologyKeys: []string{keyRack, keyZone}}}
+		if got := csiNode.Spec.Drivers; len(got) != 1 || got[0].Name != want[0].Name || got[0].NodeID != want[0].NodeID ||
+			!slices.Equal(got[0].TopologyKeys, want[0].TopologyKeys) {
+			t.Errorf("CSINode drivers = %+v, want %+v", got, want)
+		}
+	})
+}
+
+// TestNodeDeploymentDelete covers which node deletes a volume: the one its
+// node affinity allows; never anyone for a volume without node affinity.
+func TestNodeDeploymentDelete(t *testing.T) {
+	pv := func() *testutil.PVBuilder { return provisionedPV("", "") }
+	withTerms := func(terms ...corev1.NodeSelectorTerm) *corev1.PersistentVolume {
+		v := pv().Obj()
+		v.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: terms}}
+		return v
+	}
+	in := func(key string, values ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}
+	}
+	tests := []struct {
+		name        string
+		central     bool // without node deployment
+		pv          *corev1.PersistentVolume
+		wantIgnored string
+	}{
+		{name: "affinity of this node", pv: pv().NodeAffinity(keyZone, "z9").Obj()},
+		{name: "one of several terms matches this node", pv: withTerms(in(keyZone, "a"), in(keyRack, "r9"))},
+		{
+			name: "node name field", pv: withTerms(corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+				Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{thisNode},
+			}}}),
+		},
+		{name: "affinity of another node", pv: pv().NodeAffinity(keyZone, "a").Obj(), wantIgnored: "does not allow node n9"},
+		{name: "no terms", pv: withTerms(), wantIgnored: "does not allow node n9"},
+		{name: "no node affinity", pv: pv().Obj(), wantIgnored: "the volume has no node affinity"},
+		{name: "central provisioning: no node affinity", central: true, pv: pv().Obj()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []Option
+			if !tt.central {
+				opts = append(opts, withNode())
+			}
+			h := newHarness(t, baseCaps(), objs(tt.pv), opts...)
+			err := h.p.Delete(h.ctx, tt.pv)
+			if tt.wantIgnored != "" {
+				if !isIgnored(err) || !strings.Contains(err.Error(), tt.wantIgnored) {
+					t.Fatalf("Delete = %v, want an IgnoredError %q", err, tt.wantIgnored)
+				}
+			} else if err != nil {
+				t.Fatalf("Delete = %v", err)
+			}
+			calls := h.driver.deleteCalls()
+			if wantCall := tt.wantIgnored == ""; (len(calls) == 1) != wantCall || len(calls) > 1 {
+				t.Errorf("DeleteVolume calls = %d, want call %v", len(calls), wantCall)
+			}
+		})
+	}
+}
+
+// TestNodeDeploymentGuard checks that the in-flight guard of a node leaves
+// the claims of other nodes alone: it neither records them as seen without
+// the finalizer nor queues them, and never releases them, since another
+// node may have a CreateVolume in flight for them.
+func TestNodeDeploymentGuard(t *testing.T) {
+	t.Run("enqueue", func(t *testing.T) {
+		for _, tt := range []struct {
+			selected string
+			want     bool
+		}{{thisNode, true}, {"n1", false}, {"", false}} {
+			h := newHarness(t, baseCaps(), objs(newClass().Obj()), withNode())
+			queue := workqueue.NewTyped[string]()
+			clean := selectedFor("c", tt.selected).Obj()
+			h.p.enqueueClaim(queue, clean)
+			h.p.attempts.mu.Lock()
+			_, recorded := h.p.attempts.states[clean.UID]
+			h.p.attempts.mu.Unlock()
+			if recorded != tt.want {
+				t.Errorf("selected %q: claim seen without the finalizer recorded = %v, want %v", tt.selected, recorded, tt.want)
+			}
+			h.p.enqueueClaim(queue, selectedFor("c", tt.selected).Finalizers(inflight.Finalizer).Deleted().Obj())
+			if queued := queue.Len() == 1; queued != tt.want {
+				t.Errorf("selected %q: claim with the finalizer queued = %v, want %v", tt.selected, queued, tt.want)
+			}
+			queue.ShutDown()
+		}
+	})
+
+	// The claim changes hands between this node's read and its update: the
+	// retry after the conflict leaves the finalizer to the other node.
+	t.Run("removal races another node's selection", func(t *testing.T) {
+		mine := selectedFor("c", thisNode).Finalizers(inflight.Finalizer).Obj()
+		taken := selectedFor("c", "n1").Finalizers(inflight.Finalizer).Obj()
+		h := newHarness(t, baseCaps(), objs(newClass().Obj(), taken), withNode())
+		conflicts := 0
+		h.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if conflicts > 0 {
+				return false, nil, nil
+			}
+			conflicts++
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c", errors.New("selected by n1"))
+		})
+		if err := h.p.removeInflight(h.ctx, mine); err != nil {
+			t.Fatalf("removeInflight = %v", err)
+		}
+		if live := h.liveClaim(taken); !inflight.Has(live) {
+			t.Error("this node removed the in-flight finalizer of a claim node n1 took")
+		}
+	})
+
+	t.Run("sync", func(t *testing.T) {
+		clean := func(l *ledger) { l.observeClean("uid-c") }
+		final := func(l *ledger) { l.final("uid-c") }
+		tests := []struct {
+			name      string
+			selected  string
+			lateBound bool
+			ledger    func(*ledger)
+			wantKept  bool
+		}{
+			{name: "this node's, seen clean", selected: thisNode, ledger: clean},
+			{name: "this node's, final answer", selected: thisNode, ledger: final},
+			{name: "another node's, seen clean", selected: "n1", ledger: clean, wantKept: true},
+			{name: "another node's, final answer", selected: "n1", ledger: final, wantKept: true},
+			{name: "no selected node, immediate, final answer", ledger: final, wantKept: true},
+			{name: "no selected node, delayed binding, seen clean", lateBound: true, ledger: clean, wantKept: true},
+			{name: "rescheduled by this node after a final answer", lateBound: true, ledger: final},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				class := newClass()
+				if tt.lateBound {
+					class.WaitForFirstConsumer()
+				}
+				claim := selectedFor("c", tt.selected).Finalizers(inflight.Finalizer).Deleted().Obj()
+				h := newHarness(t, baseCaps(), objs(claim, class.Obj()), withNode())
+				tt.ledger(h.p.attempts)
+				queue := workqueue.NewTyped[string]()
+				defer queue.ShutDown()
+				h.p.enqueueClaim(queue, claim)
+				if queued := queue.Len() == 1; queued == tt.wantKept {
+					t.Errorf("queued = %v, want %v", queued, !tt.wantKept)
+				}
+				if err := h.p.guardSync(h.ctx, testNS+"/c"); err != nil {
+					t.Fatalf("guardSync = %v", err)
+				}
+				if got := inflight.Has(h.liveClaim(claim)); got != tt.wantKept {
+					t.Errorf("finalizer kept = %v, want %v", got, tt.wantKept)
+				}
+			})
+		}
+	})
+
+	t.Run("run", func(t *testing.T) {
+		theirs := selectedFor("theirs", "n1").Obj()
+		mine := selectedFor("mine", thisNode).Obj()
+		h := newHarness(t, baseCaps(), objs(newClass().Obj()), withNode())
+		ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.p.RunGuard(ctx, 1)
+		}()
+		defer func() { cancel(); <-done }()
+
+		// Both are seen without the finalizer first: the guard processes
+		// claim events in order, so once mine is recorded, theirs was seen.
+		for _, c := range []*corev1.PersistentVolumeClaim{theirs, mine} {
+			if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Create(t.Context(), c, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 0, "this node's claim recorded as clean", func(context.Context) (bool, error) {
+			h.p.attempts.mu.Lock()
+			defer h.p.attempts.mu.Unlock()
+			return h.p.attempts.states[mine.UID] == attemptClean, nil
+		})
+		// Then both get the finalizer (from their node) and are deleted:
+		// theirs first, so that it would be released first.
+		for _, c := range []*corev1.PersistentVolumeClaim{theirs, mine} {
+			handed := c.DeepCopy()
+			handed.Finalizers = []string{inflight.Finalizer}
+			now := metav1.Now()
+			handed.DeletionTimestamp = &now
+			if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), handed, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 0, "this node's claim released", func(ctx context.Context) (bool, error) {
+			c, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Get(ctx, "mine", metav1.GetOptions{})
+			return err == nil && !inflight.Has(c), err
+		})
+		if !inflight.Has(h.liveClaim(theirs)) {
+			t.Error("the guard released a claim of another node")
+		}
+	})
+}
