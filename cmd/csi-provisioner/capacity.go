@@ -13,6 +13,7 @@ import (
 
 	"github.com/kube-storage/csi-provisioner/pkg/capacity"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
 )
 
 // newCapacity builds the CSIStorageCapacity publisher of --enable-capacity,
@@ -20,7 +21,7 @@ import (
 // --kube-api-capacity-* budget, as upstream, so that publishing capacity
 // never takes the provisioner's; the owner lookup of
 // --capacity-ownerref-level happens here, once, before leader election.
-func newCapacity(ctx context.Context, cfg *Config, restCfg *rest.Config, driver *csiclient.Client, factory informers.SharedInformerFactory, registry k8smetrics.KubeRegistry) (*capacity.Controller, error) {
+func newCapacity(ctx context.Context, cfg *Config, restCfg *rest.Config, driver *csiclient.Client, node *provisioner.NodeDeployment, factory informers.SharedInformerFactory, registry k8smetrics.KubeRegistry) (*capacity.Controller, error) {
 	if !cfg.EnableCapacity {
 		return nil, nil
 	}
@@ -39,6 +40,9 @@ func newCapacity(ctx context.Context, cfg *Config, restCfg *rest.Config, driver 
 		capacity.WithImmediateBinding(cfg.CapacityForImmediateBinding),
 		capacity.WithRetry(cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 		capacity.WithMetricsRegistry(registry),
+	}
+	if node != nil {
+		opts = append(opts, capacity.WithNodeDeployment(node.NodeName, node.Topology))
 	}
 	if cfg.CapacityOwnerrefLevel >= 0 {
 		meta, err := metadata.NewForConfig(restCfg)

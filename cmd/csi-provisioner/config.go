@@ -82,13 +82,16 @@ type Config struct {
 	Namespace string
 	PodName   string
 
-	// Accepted for compatibility, not implemented: a non-default value is
-	// logged as a warning by [Config.Unimplemented].
+	// Distributed provisioning: one sidecar per node (NodeName, from
+	// $NODE_NAME).
 	NodeDeployment                 bool
 	NodeDeploymentImmediateBinding bool
 	NodeDeploymentBaseDelay        time.Duration
 	NodeDeploymentMaxDelay         time.Duration
-	Automaxprocs                   bool
+	NodeName                       string
+
+	// Accepted for compatibility; Go sets GOMAXPROCS from the CPU limit.
+	Automaxprocs bool
 
 	// FeatureGates are the provisioner's gates (--feature-gates).
 	FeatureGates featuregate.MutableFeatureGate
@@ -198,10 +201,10 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.CapacityForImmediateBinding, "capacity-for-immediate-binding", false, "Enables producing capacity information for storage classes with immediate binding.")
 	fs.DurationVar(&c.CapacityPollInterval, "capacity-poll-interval", time.Minute, "How long the external-provisioner waits before checking for storage capacity changes.")
 	fs.IntVar(&c.CapacityOwnerrefLevel, "capacity-ownerref-level", 1, "The level indicates the number of objects that need to be traversed starting from the pod identified by the POD_NAME and NAMESPACE environment variables to reach the owning object for CSIStorageCapacity objects: -1 for no owner, 0 for the pod itself, 1 for a StatefulSet or DaemonSet, 2 for a Deployment, etc.")
-	fs.BoolVar(&c.NodeDeployment, "node-deployment", false, "Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes. (not implemented)")
-	fs.BoolVar(&c.NodeDeploymentImmediateBinding, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node. (not implemented)")
-	fs.DurationVar(&c.NodeDeploymentBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding. (not implemented)")
-	fs.DurationVar(&c.NodeDeploymentMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding. (not implemented)")
+	fs.BoolVar(&c.NodeDeployment, "node-deployment", false, "Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes. The node is given by the NODE_NAME environment variable; the built-in binder is off (kube-controller-manager binds).")
+	fs.BoolVar(&c.NodeDeploymentImmediateBinding, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node.")
+	fs.DurationVar(&c.NodeDeploymentBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding.")
+	fs.DurationVar(&c.NodeDeploymentMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding.")
 	fs.BoolVar(&c.Automaxprocs, "automaxprocs", false, "Automatically set GOMAXPROCS to match Linux container CPU quota. (Always done: the Go runtime of this build, 1.25 or later, sets GOMAXPROCS from the container's CPU limit unless GOMAXPROCS is set.)")
 
 	fs.Var(featureGateFlag{c.FeatureGates}, "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:\n"+strings.Join(c.FeatureGates.KnownFeatures(), "\n"))
@@ -235,7 +238,12 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("unexpected argument %q: all settings are flags (see --help)", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
-	c.Namespace, c.PodName = os.Getenv("NAMESPACE"), os.Getenv("POD_NAME")
+	c.Namespace, c.PodName, c.NodeName = os.Getenv("NAMESPACE"), os.Getenv("POD_NAME"), os.Getenv("NODE_NAME")
+	if c.NodeDeployment && !c.set["enable-binder"] {
+		// The binder is one per cluster; in node deployment every node
+		// runs a sidecar, so kube-controller-manager binds, as upstream.
+		c.EnableBinder = false
+	}
 	return c, nil
 }
 
@@ -278,6 +286,9 @@ func (c *Config) Validate() error {
 	if err := c.validateCapacity(); err != nil {
 		return err
 	}
+	if err := c.validateNodeDeployment(); err != nil {
+		return err
+	}
 	if err := csiclient.CheckAddress(c.CSIAddress); err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
 	}
@@ -307,6 +318,25 @@ func (c *Config) validateCapacity() error {
 	return nil
 }
 
+// validateNodeDeployment checks the distributed provisioning flags and,
+// with --node-deployment, the environment and the flags that cannot go
+// with it.
+func (c *Config) validateNodeDeployment() error {
+	switch {
+	case c.NodeDeploymentBaseDelay <= 0 || c.NodeDeploymentMaxDelay < c.NodeDeploymentBaseDelay:
+		return fmt.Errorf("--node-deployment-base-delay (%s) must be positive and at most --node-deployment-max-delay (%s)", c.NodeDeploymentBaseDelay, c.NodeDeploymentMaxDelay)
+	case !c.NodeDeployment:
+		return nil
+	case c.NodeName == "":
+		return errors.New("--node-deployment needs the NODE_NAME environment variable: the node this sidecar serves (set it from the pod's spec.nodeName)")
+	case c.LeaderElection:
+		return errors.New("--node-deployment runs one sidecar on every node and each serves its own node; --leader-election would stop all but one")
+	case c.EnableBinder:
+		return errors.New("--node-deployment cannot run the built-in binder (--enable-binder=true): every node runs a sidecar and they would all bind the same claims; kube-controller-manager binds, as upstream")
+	}
+	return nil
+}
+
 // Unimplemented lists the upstream flags that were set to a value this
 // sidecar does not implement, for a warning at start-up.
 func (c *Config) Unimplemented() []string {
@@ -315,10 +345,6 @@ func (c *Config) Unimplemented() []string {
 		name    string
 		changed bool
 	}{
-		{"node-deployment", c.NodeDeployment},
-		{"node-deployment-immediate-binding", c.set["node-deployment-immediate-binding"] && !c.NodeDeploymentImmediateBinding},
-		{"node-deployment-base-delay", c.NodeDeploymentBaseDelay != 20*time.Second},
-		{"node-deployment-max-delay", c.NodeDeploymentMaxDelay != 60*time.Second},
 		{"feature-gates=CrossNamespaceVolumeDataSource", c.FeatureGates.Enabled(FeatureCrossNamespaceVolumeDataSource)},
 	} {
 		if f.changed {

@@ -93,6 +93,10 @@ func TestFlagErrors(t *testing.T) {
 		{name: "zero capacity qps", args: []string{"--kube-api-capacity-qps=0"}, wantErr: "--kube-api-capacity-qps"},
 		{name: "zero capacity poll interval", args: []string{"--capacity-poll-interval=0s"}, wantErr: "--capacity-poll-interval must be positive"},
 		{name: "ownerref level below -1", args: []string{"--capacity-ownerref-level=-2"}, wantErr: "--capacity-ownerref-level must be -1"},
+		{name: "node deployment without NODE_NAME", args: []string{"--node-deployment"}, env: map[string]string{"NODE_NAME": ""}, wantErr: "--node-deployment needs the NODE_NAME environment variable"},
+		{name: "node deployment with leader election", args: []string{"--node-deployment", "--leader-election"}, env: map[string]string{"NODE_NAME": "n1"}, wantErr: "--leader-election would stop all but one"},
+		{name: "node deployment with the binder", args: []string{"--node-deployment", "--enable-binder=true"}, env: map[string]string{"NODE_NAME": "n1"}, wantErr: "--node-deployment cannot run the built-in binder"},
+		{name: "node deployment delays", args: []string{"--node-deployment-base-delay=2m"}, wantErr: "--node-deployment-base-delay (2m0s) must be positive and at most --node-deployment-max-delay (1m0s)"},
 		{name: "capacity without NAMESPACE", args: []string{"--enable-capacity"}, env: map[string]string{"NAMESPACE": "", "POD_NAME": "p"}, wantErr: "--enable-capacity needs the NAMESPACE environment variable"},
 		{name: "capacity owner without POD_NAME", args: []string{"--enable-capacity"}, env: map[string]string{"NAMESPACE": "ns", "POD_NAME": ""}, wantErr: "needs the POD_NAME environment variable"},
 	}
@@ -129,12 +133,12 @@ func TestVersionAndHelp(t *testing.T) {
 }
 
 func TestUnimplementedFlagsAreNamed(t *testing.T) {
-	c, err := parseFlags([]string{"--enable-capacity", "--node-deployment", "--node-deployment-max-delay=2m", "--timeout=1m"}, &bytes.Buffer{})
+	c, err := parseFlags([]string{"--enable-capacity", "--node-deployment", "--feature-gates=CrossNamespaceVolumeDataSource=true", "--timeout=1m"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := c.Unimplemented()
-	want := []string{"--node-deployment", "--node-deployment-max-delay"}
+	want := []string{"--feature-gates=CrossNamespaceVolumeDataSource"}
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("Unimplemented() = %v, want %v", got, want)
@@ -197,5 +201,35 @@ func TestCapacityEnvironment(t *testing.T) {
 				t.Errorf("Validate() = %v, want error %t", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestNodeDeploymentBinder checks that --node-deployment turns the built-in
+// binder off unless --enable-binder is given, and that the result
+// validates with NODE_NAME set.
+func TestNodeDeploymentBinder(t *testing.T) {
+	t.Setenv("NODE_NAME", "worker-1")
+	for _, tt := range []struct {
+		args       []string
+		wantBinder bool
+	}{
+		{args: nil, wantBinder: true},
+		{args: []string{"--node-deployment"}, wantBinder: false},
+		{args: []string{"--node-deployment", "--enable-binder=false"}, wantBinder: false},
+	} {
+		c, err := parseFlags(tt.args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.EnableBinder != tt.wantBinder || c.NodeName != "worker-1" {
+			t.Errorf("%v: EnableBinder %t, NodeName %q; want %t, worker-1", tt.args, c.EnableBinder, c.NodeName, tt.wantBinder)
+		}
+		err = c.Validate()
+		if resetErr := logsapi.ResetForTest(nil); resetErr != nil {
+			t.Errorf("reset logging: %v", resetErr)
+		}
+		if err != nil {
+			t.Errorf("%v: Validate() = %v", tt.args, err)
+		}
 	}
 }

@@ -88,13 +88,17 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 	driverName := caps.DriverName
 	health.add("csi-driver", func(ctx context.Context) error { return driver.Probe(ctx) })
+	node, err := nodeDeployment(ctx, cfg, driver)
+	if err != nil {
+		return err
+	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(cachetrim.New().Transform))
 	broadcaster := newBroadcaster(ctx, client)
 	defer broadcaster.Shutdown()
 	recorder := newRecorder(broadcaster, "external-provisioner")
 
-	prov, err := provisioner.New(client, driver, factory,
+	provOpts := []provisioner.Option{
 		provisioner.WithVolumeNamePrefix(cfg.VolumeNamePrefix),
 		provisioner.WithVolumeNameUUIDLength(cfg.VolumeNameUUIDLength),
 		provisioner.WithDefaultFSType(cfg.DefaultFSType),
@@ -107,7 +111,11 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		provisioner.WithVolumeAttributesClass(cfg.FeatureGates.Enabled(FeatureVolumeAttributesClass)),
 		provisioner.WithSnapshotClient(snapshots),
 		provisioner.WithPreventVolumeModeConversion(cfg.PreventVolumeModeConversion),
-	)
+	}
+	if node != nil {
+		provOpts = append(provOpts, provisioner.WithNodeDeployment(*node))
+	}
+	prov, err := provisioner.New(client, driver, factory, provOpts...)
 	if err != nil {
 		return fmt.Errorf("create provisioner: %w", err)
 	}
@@ -152,7 +160,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			return fmt.Errorf("create binder: %w", err)
 		}
 	}
-	capacityCtl, err := newCapacity(ctx, cfg, restCfg, driver, factory, srv.kubeRegistry)
+	capacityCtl, err := newCapacity(ctx, cfg, restCfg, driver, node, factory, srv.kubeRegistry)
 	if err != nil {
 		return err
 	}
@@ -198,6 +206,33 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 	logger.Info("Stopped")
 	return nil
+}
+
+// nodeDeployment returns, with --node-deployment, what the provisioner
+// needs to serve this node only: the driver's node ID and topology from its
+// node service, and the flags; nil without it.
+func nodeDeployment(ctx context.Context, cfg *Config, driver *csiclient.Client) (*provisioner.NodeDeployment, error) {
+	if !cfg.NodeDeployment {
+		return nil, nil
+	}
+	caps := driver.Capabilities()
+	info, err := driver.NodeGetInfo(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("--node-deployment: ask the CSI driver %q at %q for its node (NodeGetInfo of its node service): %w", caps.DriverName, cfg.CSIAddress, err)
+	}
+	nd := &provisioner.NodeDeployment{
+		NodeName:         cfg.NodeName,
+		NodeID:           info.GetNodeId(),
+		Topology:         info.GetAccessibleTopology().GetSegments(),
+		ImmediateBinding: cfg.NodeDeploymentImmediateBinding,
+		BaseDelay:        cfg.NodeDeploymentBaseDelay,
+		MaxDelay:         cfg.NodeDeploymentMaxDelay,
+	}
+	if caps.GetCapacity {
+		nd.GetCapacity = driver.GetCapacity
+	}
+	klog.FromContext(ctx).Info("Node deployment: provisioning for this node only", "node", nd.NodeName, "nodeID", nd.NodeID, "topology", nd.Topology)
+	return nd, nil
 }
 
 func hasSynced(b *binder.Binder) func() bool {
