@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// selectedNodeAnn is the scheduler's annotation that names a claim's node.
+const selectedNodeAnn = "volume.kubernetes.io/selected-node"
+
+// TestNodeDeployment runs distributed provisioning as a DaemonSet would: two
+// nodes, each with its own hostpath driver (which can only create volumes
+// on its node) and its own sidecar with --node-deployment and NODE_NAME, and
+// kube-controller-manager's binder (the built-in one is off in this mode).
+// A WaitForFirstConsumer claim for node B gets its volume from node B's
+// driver only. Immediate claims are taken by exactly one node each: the
+// claim names it (selected-node), its volume is in that node's driver and
+// nowhere else, and the PV's node affinity names that node. Deleting the
+// claims deletes every volume through the sidecar of its node only: with
+// node B's sidecar down, B's PVs stay and B's volumes with
+// them, until B's sidecar is back; no driver keeps a volume.
+func TestNodeDeployment(t *testing.T) {
+	const immediate = 6
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	nodes := map[string]*stack{}
+	for _, n := range []string{"a", "b"} {
+		name := e.name("node-" + n)
+		nodes[name] = e.startNodeStack(name)
+	}
+	nodeA, nodeB := e.name("node-a"), e.name("node-b")
+	wffc := e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer())
+	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver))
+
+	e.createClaim(testutil.NewPVC(e.ns, "wffc-b").Class(wffc.Name).Annotation(selectedNodeAnn, nodeB))
+	for i := range immediate {
+		e.createClaim(testutil.NewPVC(e.ns, fmt.Sprintf("imm-%d", i)).Class(imm.Name))
+	}
+
+	var claims []corev1.PersistentVolumeClaim
+	testutil.Eventually(t, 0, "not every claim became Bound", func(ctx context.Context) (bool, error) {
+		list, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		claims = list.Items
+		return len(claims) == immediate+1 && !slices.ContainsFunc(claims, func(c corev1.PersistentVolumeClaim) bool { return !isBound(&c) }), nil
+	})
+
+	// Each volume is in the driver of the claim's node, and only there.
+	want := map[string][]string{nodeA: nil, nodeB: nil}
+	for _, c := range claims {
+		node := c.Annotations[selectedNodeAnn]
+		if _, ok := want[node]; !ok {
+			t.Errorf("claim %s: selected-node %q, want one of the two nodes", c.Name, node)
+			continue
+		}
+		if c.Name == "wffc-b" && node != nodeB {
+			t.Errorf("claim wffc-b moved to %s", node)
+		}
+		pv := e.getPV(c.Spec.VolumeName)
+		if got := affinityNodes(pv); !slices.Equal(got, []string{node}) {
+			t.Errorf("claim %s on %s: PV %s node affinity %v, want [%s]", c.Name, node, pv.Name, got, node)
+		}
+		want[node] = append(want[node], pv.Spec.CSI.VolumeHandle)
+	}
+	for node, s := range nodes {
+		s.waitVolumeIDs(want[node]...)
+		t.Logf("node %s: %d volumes", node, len(want[node]))
+	}
+
+	// Node B's sidecar is down while every claim is deleted: node A
+	// deletes its own volumes and leaves B's PVs alone, whatever their phase (its driver would
+	// call B's volumes deleted, and the PVs would go while the volumes
+	// stay on B). B, restarted, deletes its own.
+	if err := nodes[nodeB].sidecar.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pvsOf := map[string][]string{}
+	for _, c := range claims {
+		pvsOf[c.Annotations[selectedNodeAnn]] = append(pvsOf[c.Annotations[selectedNodeAnn]], c.Spec.VolumeName)
+		e.deleteClaim(c.Name)
+	}
+	e.waitPVsGone(pvsOf[nodeA]...)
+	nodes[nodeA].waitVolumeIDs()
+	for _, name := range pvsOf[nodeB] {
+		if _, err := e.c.CoreV1().PersistentVolumes().Get(t.Context(), name, metav1.GetOptions{}); err != nil {
+			t.Errorf("PV %s of node B while node B's sidecar is down: %v; want it kept (its volume is still on node B)", name, err)
+		}
+	}
+	if err := nodes[nodeB].sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPVsGone(pvsOf[nodeB]...)
+	nodes[nodeB].waitVolumeIDs()
+}
+
+// waitPVsGone waits until none of the named PVs exists.
+func (e *env) waitPVsGone(names ...string) {
+	e.t.Helper()
+	testutil.Eventually(e.t, 0, "PVs of deleted claims still exist", func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			_, err := e.c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
+// startNodeStack starts, for node, a hostpath driver that reports node as
+// its node ID and topology, registers the node (Node and CSINode, as the
+// kubelet would), and starts a sidecar with --node-deployment and
+// NODE_NAME=node. Short delays let Immediate claims be taken quickly.
+func (e *env) startNodeStack(node string) *stack {
+	e.t.Helper()
+	ctx := e.t.Context()
+	bins, err := e2e.Build(ctx, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dir := e.t.TempDir()
+	s := &stack{e: e}
+	s.driver, err = e2e.StartDriver(ctx, bins.Driver, e2e.DriverConfig{Dir: dir, Name: e.driver, Memory: true, Topology: true, NodeID: node})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+	if err := s.driver.RegisterNode(ctx, e.c); err != nil {
+		e.t.Fatal(err)
+	}
+	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: e.cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
+		Args: []string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
+			"--retry-interval-start=200ms", "--retry-interval-max=2s"},
+		Env: []string{"NODE_NAME=" + node},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s.sidecar.StopAtCleanup(e.t, s.driver)
+	if err := s.sidecar.WaitLog(ctx, "Started provisioner controller"); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// affinityNodes returns the values of the driver's topology key in the
+// PV's required node affinity.
+func affinityNodes(pv *corev1.PersistentVolume) []string {
+	var out []string
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nil
+	}
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, expr := range term.MatchExpressions {
+			if expr.Key == e2e.TopologyKey {
+				out = append(out, expr.Values...)
+			}
+		}
+	}
+	return out
+}
