@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,10 +29,11 @@ import (
 func TestCapacity(t *testing.T) {
 	const podName = "csi-controller-0"
 	var deploy *appsv1.Deployment
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s := newStack(t, stackConfig{
 		memory: true, topology: true,
 		driverArgs:  []string{"--capacity=10Gi"},
-		sidecarArgs: []string{"--enable-capacity", "--capacity-ownerref-level=2", "--capacity-poll-interval=1h"},
+		sidecarArgs: []string{"--enable-capacity", "--capacity-ownerref-level=2", "--capacity-poll-interval=1h", "--http-endpoint=" + endpoint},
 		sidecarEnv:  func(s *stack) []string { return []string{"POD_NAME=" + podName, "NAMESPACE=" + s.ns} },
 		beforeSidecar: func(s *stack) {
 			if err := s.driver.RegisterNode(t.Context(), s.c); err != nil {
@@ -71,6 +73,11 @@ func TestCapacity(t *testing.T) {
 			return fmt.Errorf("owner references %+v, want the Deployment %s", c.OwnerReferences, deploy.UID)
 		}
 		return nil
+	})
+
+	waitMetrics(t, endpoint, []string{
+		"csistoragecapacities_desired_goal 1", "csistoragecapacities_desired_current 1", "csistoragecapacities_obsolete 0",
+		`workqueue_adds_total{name="csistoragecapacity"}`,
 	})
 
 	// A second node with the driver: the driver serves only its own node,

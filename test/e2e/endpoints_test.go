@@ -27,19 +27,7 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 		"--leader-election", "--leader-election-namespace=kube-system",
 		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s",
 	}})
-	get := func(ctx context.Context, path string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+path, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, "", nil // not listening yet
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
+	get := func(ctx context.Context, path string) (int, string, error) { return httpGet(ctx, endpoint, path) }
 	testutil.Eventually(t, 0, "/readyz not ready", func(ctx context.Context) (bool, error) {
 		code, _, err := get(ctx, "/readyz")
 		return code == http.StatusOK, err
@@ -68,8 +56,31 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 		`workqueue_adds_total{name="claims"}`,
 		`rest_client_requests_total`,
 	}
+	waitMetrics(t, endpoint, want)
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// httpGet gets path from the sidecar's --http-endpoint; a sidecar that does
+// not listen yet gives code 0 and no error.
+func httpGet(ctx context.Context, endpoint, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", nil // not listening yet
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// waitMetrics waits until the sidecar's /metrics holds every line of want.
+func waitMetrics(t *testing.T, endpoint string, want []string) {
+	t.Helper()
 	testutil.Eventually(t, 0, "metrics missing", func(ctx context.Context) (bool, error) {
-		_, body, err := get(ctx, "/metrics")
+		_, body, err := httpGet(ctx, endpoint, "/metrics")
 		if err != nil {
 			return false, err
 		}
@@ -81,7 +92,6 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 		}
 		return true, nil
 	})
-	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
 
 func freePort(t *testing.T) int {
