@@ -78,6 +78,15 @@ func processRows() []processRow {
 			code: 2, onlyLine: true, line: []string{"--capacity-ownerref-level=2", "POD_NAME"},
 		},
 		{
+			name: "node-deployment-without-node-name", args: []string{"--node-deployment"}, env: []string{"NODE_NAME="},
+			code: 2, onlyLine: true, line: []string{"--node-deployment", "NODE_NAME"},
+		},
+		{
+			name: "node-deployment-driver-without-node-service", kubeconfig: true, socket: noCapacityDriver,
+			args: []string{"--node-deployment"}, env: []string{"NODE_NAME=worker-1"},
+			code: 1, line: []string{"--node-deployment", "no-capacity.csi.kube-storage.io", "NodeGetInfo"},
+		},
+		{
 			name: "capacity-driver-without-get-capacity", kubeconfig: true, socket: noCapacityDriver,
 			args: []string{"--enable-capacity", "--capacity-ownerref-level=-1"}, env: []string{"NAMESPACE=default"},
 			code: 1, line: []string{"--enable-capacity", "no-capacity.csi.kube-storage.io", "GET_CAPACITY"},
@@ -163,7 +172,7 @@ func identityOnlyDriver(t *testing.T) string {
 }
 
 // noCapacity is a CSI driver that creates and deletes volumes but has no
-// GET_CAPACITY.
+// GET_CAPACITY and no node service.
 type noCapacity struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
