@@ -125,7 +125,9 @@
 //     mode: each node's driver would answer DeleteVolume for a volume it
 //     does not have with success (CSI deletes are idempotent), so the PV
 //     would be removed while the real volume leaks on its node. Such PVs
-//     are left to an administrator.
+//     are left to an administrator, with a Warning VolumeFailedDelete event
+//     on the PV from every node. A driver that reports no topology has no
+//     node-local volumes: any node deletes its PVs, as upstream.
 //   - The in-flight guard of a node acts only on claims selected for that
 //     node (and on a delayed-binding claim this node rescheduled after a
 //     final answer, which no node takes until the scheduler selects one

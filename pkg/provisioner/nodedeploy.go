@@ -397,8 +397,15 @@ func (l *ledger) isFinal(uid types.UID) bool {
 // does not have, and the PV would go while the real volume leaks.
 func (p *Provisioner) checkVolumeNode(ctx context.Context, pv *corev1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
+	if len(p.node.Topology) == 0 {
+		// The driver reports no topology: its volumes are not tied to a
+		// node, and any node's driver may delete them, as upstream.
+		return nil
+	}
 	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
 		logger.V(2).Info("Not deleting a volume without node affinity in node deployment: no node can tell whether the volume is its own")
+		p.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeFailedDelete,
+			fmt.Sprintf("node %s does not delete this volume: it has no node affinity, and in node deployment no node can tell whether the volume is its own (another node's driver would report it deleted while it stays); delete it on its node's storage and remove the PV by hand", p.node.NodeName))
 		return &controller.IgnoredError{Reason: "the volume has no node affinity; in node deployment no node can tell whether it is its own"}
 	}
 	selector, err := nodeaffinity.NewNodeSelector(pv.Spec.NodeAffinity.Required)

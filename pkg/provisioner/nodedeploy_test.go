@@ -588,8 +588,10 @@ func TestNodeDeploymentDelete(t *testing.T) {
 	tests := []struct {
 		name        string
 		central     bool // without node deployment
+		noTopology  bool // the driver reports no topology on this node
 		pv          *corev1.PersistentVolume
 		wantIgnored string
+		wantEvent   string
 	}{
 		{name: "affinity of this node", pv: pv().NodeAffinity(keyZone, "z9").Obj()},
 		{name: "one of several terms matches this node", pv: withTerms(in(keyZone, "a"), in(keyRack, "r9"))},
@@ -600,17 +602,26 @@ func TestNodeDeploymentDelete(t *testing.T) {
 		},
 		{name: "affinity of another node", pv: pv().NodeAffinity(keyZone, "a").Obj(), wantIgnored: "does not allow node n9"},
 		{name: "no terms", pv: withTerms(), wantIgnored: "does not allow node n9"},
-		{name: "no node affinity", pv: pv().Obj(), wantIgnored: "the volume has no node affinity"},
+		{name: "no node affinity", pv: pv().Obj(), wantIgnored: "the volume has no node affinity", wantEvent: "Warning VolumeFailedDelete node n9 does not delete this volume: it has no node affinity"},
+		{name: "driver without topology: no node affinity", noTopology: true, pv: pv().Obj()},
 		{name: "central provisioning: no node affinity", central: true, pv: pv().Obj()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var opts []Option
 			if !tt.central {
-				opts = append(opts, withNode())
+				opts = append(opts, withNode(func(nd *NodeDeployment) {
+					if tt.noTopology {
+						nd.Topology = nil
+					}
+				}))
 			}
 			h := newHarness(t, baseCaps(), objs(tt.pv), opts...)
 			err := h.p.Delete(h.ctx, tt.pv)
+			events := h.events()
+			if tt.wantEvent == "" && len(events) > 0 || tt.wantEvent != "" && (len(events) != 1 || !strings.HasPrefix(events[0], tt.wantEvent)) {
+				t.Errorf("events = %q, want %q", events, tt.wantEvent)
+			}
 			if tt.wantIgnored != "" {
 				if !isIgnored(err) || !strings.Contains(err.Error(), tt.wantIgnored) {
 					t.Fatalf("Delete = %v, want an IgnoredError %q", err, tt.wantIgnored)

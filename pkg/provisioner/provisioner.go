@@ -30,6 +30,7 @@ import (
 const (
 	reasonProvisioning       = "Provisioning"
 	reasonProvisioningFailed = "ProvisioningFailed"
+	reasonVolumeFailedDelete = "VolumeFailedDelete"
 )
 
 // Names of the indexers the provisioner adds to the shared informers.
