@@ -125,6 +125,14 @@ func newNodeDeployment(nd NodeDeployment, driver string) (*nodeDeployment, error
 	}, nil
 }
 
+// forgetDelay drops the claim's delay before taking it, once it is
+// provisioned. Without node deployment (nd is nil) it does nothing.
+func (nd *nodeDeployment) forgetDelay(uid types.UID) {
+	if nd != nil {
+		nd.delays.forget(uid)
+	}
+}
+
 // selectedNodeName is the claim's selected node, "" for none.
 func selectedNodeName(claim *corev1.PersistentVolumeClaim) string {
 	n, _ := selectedNode(claim)

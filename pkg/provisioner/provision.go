@@ -152,9 +152,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)
 	p.attempts.forget(claim.UID)
-	if p.node != nil {
-		p.node.delays.forget(claim.UID)
-	}
+	p.node.forgetDelay(claim.UID)
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
 	return pv, controller.ProvisioningFinished, nil
 }
