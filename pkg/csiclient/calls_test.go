@@ -152,33 +152,11 @@ func TestGetCapacity(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			d := startDriver(t)
-			d.expectConnect()
-			resp := answer
-			if tc.driverErr != nil {
-				resp = nil
-			}
-			d.controller.EXPECT().GetCapacity(gomock.Any(), utils.Protobuf(req)).Return(resp, tc.driverErr).Times(1)
-			c := d.connect(ctx, t)
-
-			got, err := c.GetCapacity(ctx, req)
-			if tc.driverErr == nil {
-				if err != nil {
-					t.Fatalf("GetCapacity: %v", err)
-				}
-				if !proto.Equal(got, answer) {
-					t.Errorf("GetCapacity = %v, want %v", got, answer)
-				}
-				return
-			}
-			var ce *csiclient.Error
-			if !errors.As(err, &ce) || ce.Method != "GetCapacity" {
-				t.Errorf("error %v (%T) is not an *Error for GetCapacity", err, err)
-			}
-			if got, want := status.Code(err), status.Code(tc.driverErr); got != want {
-				t.Errorf("status.Code(%v) = %v, want %v", err, got, want)
-			}
+			c := connectWith(t, func(d *testDriver) {
+				d.controller.EXPECT().GetCapacity(gomock.Any(), utils.Protobuf(req)).Return(orNil(answer, tc.driverErr), tc.driverErr).Times(1)
+			})
+			got, err := c.GetCapacity(t.Context(), req)
+			checkAnswer(t, "GetCapacity", got, answer, err, tc.driverErr)
 		})
 	}
 }
@@ -194,28 +172,50 @@ func TestNodeGetInfo(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			d := startDriver(t)
-			d.expectConnect()
-			resp := answer
-			if tc.driverErr != nil {
-				resp = nil
-			}
-			d.node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).Return(resp, tc.driverErr).Times(1)
-			c := d.connect(ctx, t)
-
-			got, err := c.NodeGetInfo(ctx)
-			if tc.driverErr == nil {
-				if err != nil || !proto.Equal(got, answer) {
-					t.Fatalf("NodeGetInfo = %v, %v; want %v", got, err, answer)
-				}
-				return
-			}
-			var ce *csiclient.Error
-			if !errors.As(err, &ce) || ce.Method != "NodeGetInfo" || status.Code(err) != codes.Unimplemented {
-				t.Errorf("error %v (%T) is not an *Error for NodeGetInfo with code Unimplemented", err, err)
-			}
+			c := connectWith(t, func(d *testDriver) {
+				d.node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).Return(orNil(answer, tc.driverErr), tc.driverErr).Times(1)
+			})
+			got, err := c.NodeGetInfo(t.Context())
+			checkAnswer(t, "NodeGetInfo", got, answer, err, tc.driverErr)
 		})
+	}
+}
+
+// connectWith starts a mock driver, expects the calls of Connect and then
+// those expect sets up, and connects to it.
+func connectWith(t *testing.T, expect func(*testDriver)) *csiclient.Client {
+	t.Helper()
+	d := startDriver(t)
+	d.expectConnect()
+	expect(d)
+	return d.connect(t.Context(), t)
+}
+
+// orNil is the driver's response: answer, or nil when it fails with err.
+func orNil[T any](answer *T, err error) *T {
+	if err != nil {
+		return nil
+	}
+	return answer
+}
+
+// checkAnswer checks the result of a call that either returns the driver's
+// answer (driverErr nil) or fails with an *Error for method that carries
+// the driver's gRPC code.
+func checkAnswer(t *testing.T, method string, got, want proto.Message, err, driverErr error) {
+	t.Helper()
+	if driverErr == nil {
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("%s = %v, %v; want %v", method, got, err, want)
+		}
+		return
+	}
+	var ce *csiclient.Error
+	if !errors.As(err, &ce) || ce.Method != method {
+		t.Errorf("error %v (%T) is not an *Error for %s", err, err, method)
+	}
+	if got, want := status.Code(err), status.Code(driverErr); got != want {
+		t.Errorf("status.Code(%v) = %v, want %v", err, got, want)
 	}
 }
 

@@ -51,21 +51,7 @@ func TestCoexistenceWithControllerManagerBinder(t *testing.T) {
 		e.createClaim(testutil.NewPVC(e.ns, fmt.Sprintf("static-%d", i)).Class(staticClass.Name).Selector(map[string]string{"pair": fmt.Sprint(i)}))
 	}
 
-	var claims []corev1.PersistentVolumeClaim
-	testutil.Eventually(t, 0, "not every claim became Bound", func(ctx context.Context) (bool, error) {
-		list, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		claims = list.Items
-		bound := 0
-		for i := range claims {
-			if isBound(&claims[i]) {
-				bound++
-			}
-		}
-		return bound == dynamic+static, nil
-	})
+	claims := e.waitAllBound(dynamic + static)
 	for i := range claims {
 		c := &claims[i]
 		var n int

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -51,15 +50,7 @@ func TestNodeDeployment(t *testing.T) {
 		e.createClaim(testutil.NewPVC(e.ns, fmt.Sprintf("imm-%d", i)).Class(imm.Name))
 	}
 
-	var claims []corev1.PersistentVolumeClaim
-	testutil.Eventually(t, 0, "not every claim became Bound", func(ctx context.Context) (bool, error) {
-		list, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		claims = list.Items
-		return len(claims) == immediate+1 && !slices.ContainsFunc(claims, func(c corev1.PersistentVolumeClaim) bool { return !isBound(&c) }), nil
-	})
+	claims := e.waitAllBound(immediate + 1)
 
 	// Each volume is in the driver of the claim's node, and only there.
 	want := map[string][]string{nodeA: nil, nodeB: nil}
@@ -129,35 +120,12 @@ func (e *env) waitPVsGone(names ...string) {
 // NODE_NAME=node. Short delays let Immediate claims be taken quickly.
 func (e *env) startNodeStack(node string) *stack {
 	e.t.Helper()
-	ctx := e.t.Context()
-	bins, err := e2e.Build(ctx, "")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	dir := e.t.TempDir()
-	s := &stack{e: e}
-	s.driver, err = e2e.StartDriver(ctx, bins.Driver, e2e.DriverConfig{Dir: dir, Name: e.driver, Memory: true, Topology: true, NodeID: node})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
-	if err := s.driver.RegisterNode(ctx, e.c); err != nil {
-		e.t.Fatal(err)
-	}
-	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
-		Kubeconfig: e.cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
-		Args: []string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
+	return e.startStackWith(stackConfig{
+		driver: e2e.DriverConfig{Topology: true, NodeID: node},
+		sidecarArgs: []string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
 			"--retry-interval-start=200ms", "--retry-interval-max=2s"},
-		Env: []string{"NODE_NAME=" + node},
+		sidecarEnv: []string{"NODE_NAME=" + node},
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	s.sidecar.StopAtCleanup(e.t, s.driver)
-	if err := s.sidecar.WaitLog(ctx, "Started provisioner controller"); err != nil {
-		e.t.Fatal(err)
-	}
-	return s
 }
 
 // affinityNodes returns the values of the driver's topology key in the

@@ -30,6 +30,25 @@ type stack struct {
 // ends.
 func (e *env) startStack(driverArgs ...string) *stack {
 	e.t.Helper()
+	return e.startStackWith(stackConfig{
+		driver:      e2e.DriverConfig{Args: driverArgs},
+		sidecarArgs: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s"},
+	})
+}
+
+// stackConfig is what differs between the tests' stacks.
+type stackConfig struct {
+	// driver is completed with the test's directory, driver name and the
+	// memory backend; with Topology, the node is registered as the
+	// kubelet would.
+	driver      e2e.DriverConfig
+	sidecarArgs []string
+	sidecarEnv  []string
+}
+
+// startStackWith starts the stack described by cfg; see startStack.
+func (e *env) startStackWith(cfg stackConfig) *stack {
+	e.t.Helper()
 	ctx := e.t.Context()
 	bins, err := e2e.Build(ctx, "")
 	if err != nil {
@@ -37,14 +56,20 @@ func (e *env) startStack(driverArgs ...string) *stack {
 	}
 	dir := e.t.TempDir()
 	s := &stack{e: e}
-	s.driver, err = e2e.StartDriver(ctx, bins.Driver, e2e.DriverConfig{Dir: dir, Name: e.driver, Memory: true, Args: driverArgs})
+	cfg.driver.Dir, cfg.driver.Name, cfg.driver.Memory = dir, e.driver, true
+	s.driver, err = e2e.StartDriver(ctx, bins.Driver, cfg.driver)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = s.driver.Stop(5 * time.Second) })
+	if cfg.driver.Topology {
+		if err := s.driver.RegisterNode(ctx, e.c); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
 		Kubeconfig: e.cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
-		Args: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s"},
+		Args: cfg.sidecarArgs, Env: cfg.sidecarEnv,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -54,6 +79,22 @@ func (e *env) startStack(driverArgs ...string) *stack {
 		e.t.Fatal(err)
 	}
 	return s
+}
+
+// waitAllBound waits until the test's namespace holds n claims, all Bound,
+// and returns them.
+func (e *env) waitAllBound(n int) []corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	var claims []corev1.PersistentVolumeClaim
+	testutil.Eventually(e.t, 0, "not every claim became Bound", func(ctx context.Context) (bool, error) {
+		list, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		claims = list.Items
+		return len(claims) == n && !slices.ContainsFunc(claims, func(c corev1.PersistentVolumeClaim) bool { return !isBound(&c) }), nil
+	})
+	return claims
 }
 
 // createVolume creates a 1Gi volume named name in the driver, as an
