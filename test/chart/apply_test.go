@@ -193,6 +193,10 @@ func TestApply(t *testing.T) {
 		{"chart all options", func(t *testing.T, ns string) manifest {
 			return mustHelmTemplate(t, "apply-all", ns, "-f", allOptionsFile)
 		}},
+		{"chart node deployment", func(t *testing.T, ns string) manifest {
+			return mustHelmTemplate(t, "apply-node", ns, "--set", "nodeDeployment.enabled=true", "--set", "sidecar.capacity.enabled=true",
+				"--set", "csiDriver.name=node.apply.csi.kube-storage.io")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := createNamespace(t, cp, "apply")

@@ -728,6 +728,28 @@ func TestRenderToggles(t *testing.T) {
 			}
 			checkProbes(t, sc, 8080, false)
 		}},
+		{"node deployment", []string{"--set", "nodeDeployment.enabled=true", "--set", "sidecar.capacity.enabled=true", "--set", "replicas=3"}, func(t *testing.T, m manifest) {
+			if len(m.find("Deployment")) != 0 {
+				t.Errorf("a Deployment rendered in node deployment: %v", m.ids())
+			}
+			ds := typed[appsv1.DaemonSet](t, m.one(t, "DaemonSet"))
+			// The same pod as the Deployment's, so the shared checks apply.
+			sc := container(t, &appsv1.Deployment{ObjectMeta: ds.ObjectMeta, Spec: appsv1.DeploymentSpec{Template: ds.Spec.Template}}, sidecarName)
+			for _, a := range []string{"--node-deployment", "--leader-election=false", "--enable-binder=false", "--capacity-ownerref-level=1"} {
+				if !slices.Contains(sc.Args, a) {
+					t.Errorf("args %q lack %s", sc.Args, a)
+				}
+			}
+			if flagCount(sc.Args, "leader-election-namespace") != 0 {
+				t.Errorf("args %q have --leader-election-namespace", sc.Args)
+			}
+			if e, ok := envValue(sc, "NODE_NAME"); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+				t.Errorf("sidecar NODE_NAME = %+v, want the pod's spec.nodeName", e)
+			}
+			checkProbes(t, sc, 8080, false)
+			// The DaemonSet owns the objects: the pod is read, no ReplicaSet.
+			checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, append(slices.Clone(wantLeaseRules), wantCapacityRules[:2]...))
+		}},
 		{"image tag", []string{"--set", "sidecar.image.tag=v9", "--set", "driver.image.repository=example.com/d"}, func(t *testing.T, m manifest) {
 			d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))
 			if img := container(t, d, sidecarName).Image; img != "ghcr.io/kube-storage/csi-provisioner:v9" {
