@@ -71,9 +71,10 @@
 //     went away are queued for deletion;
 //   - every poll interval ([WithPollInterval]), for every item;
 //   - when a PersistentVolume of the driver is added, starts being deleted
-//     or is deleted: the items of its class whose segment is compatible with
-//     its node affinity (all of the class's items when it has none). This
-//     refreshes capacity right after provisioning and deletion;
+//     or is deleted: the items of every class whose segment is compatible
+//     with its node affinity (a segment's storage is shared by all
+//     classes), or all of its class's items when it has no node affinity.
+//     This refreshes capacity right after provisioning and deletion;
 //   - when its object is deleted by someone else (it is created again), or
 //     when it has more than one object.
 //

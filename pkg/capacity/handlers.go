@@ -135,10 +135,13 @@ func (c *Controller) onVolumeDelete(obj any) {
 	}
 }
 
-// queueForVolume queues the items of pv's class whose segment is compatible
-// with pv's node affinity, when pv is a volume of this driver.
+// queueForVolume queues the items whose capacity pv's creation or deletion
+// may have changed, when pv is a volume of this driver: with node affinity,
+// the items of every class whose segment the affinity allows (the storage
+// of a segment is shared by all classes: a volume of one class leaves less
+// for the others); without, the items of pv's class, as upstream does.
 func (c *Controller) queueForVolume(pv *corev1.PersistentVolume, event string) {
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.driverName || pv.Spec.StorageClassName == "" {
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.driverName {
 		return
 	}
 	c.mu.Lock()
@@ -146,9 +149,10 @@ func (c *Controller) queueForVolume(pv *corev1.PersistentVolume, event string) {
 	if !c.started {
 		return
 	}
+	placed := pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil && len(pv.Spec.NodeAffinity.Required.NodeSelectorTerms) > 0
 	queued := 0
 	for key, it := range c.desired {
-		if it.class == pv.Spec.StorageClassName && compatible(it.segment, pv.Spec.NodeAffinity) {
+		if (placed || it.class == pv.Spec.StorageClassName) && compatible(it.segment, pv.Spec.NodeAffinity) {
 			c.queue.Add(key)
 			queued++
 		}

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,13 +16,20 @@ import (
 func TestPVRefresh(t *testing.T) {
 	objs := objects(one(wffc("fast"), wffc("bulk")), zoneNode("n1", "a"), zoneNode("n2", "b"), zoneNode("n3", "c"))
 	pv := func(name string) *testutil.PVBuilder { return testutil.NewPV(name, testDriver).Class("fast") }
-	fast := func(zones ...string) []string {
+	itemsOf := func(classes []string, zones ...string) []string {
 		var keys []string
-		for _, z := range zones {
-			keys = append(keys, itemKey("fast", zone(z)))
+		for _, class := range classes {
+			for _, z := range zones {
+				keys = append(keys, itemKey(class, zone(z)))
+			}
 		}
+		slices.Sort(keys)
 		return keys
 	}
+	// fast: the volume's class only; both: every class, since a volume
+	// placed in a segment uses storage that every class shares there.
+	fast := func(zones ...string) []string { return itemsOf([]string{"fast"}, zones...) }
+	both := func(zones ...string) []string { return itemsOf([]string{"bulk", "fast"}, zones...) }
 	twoZones := pv("pv").Obj()
 	twoZones.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
 		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: zoneKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
@@ -40,19 +48,19 @@ func TestPVRefresh(t *testing.T) {
 			want:  fast("a", "b", "c"),
 		},
 		{
-			name:  "added in one zone",
+			name:  "added in one zone: every class there",
 			event: func(c *Controller) { c.onVolume(pv("pv").NodeAffinity(zoneKey, "b").Obj()) },
-			want:  fast("b"),
+			want:  both("b"),
 		},
 		{
 			name:  "added with two terms",
 			event: func(c *Controller) { c.onVolume(twoZones) },
-			want:  fast("a", "c"),
+			want:  both("a", "c"),
 		},
 		{
 			name:  "affinity on a key segments do not have",
 			event: func(c *Controller) { c.onVolume(onNode) },
-			want:  fast("a", "b", "c"),
+			want:  both("a", "b", "c"),
 		},
 		{
 			name:  "zone without segment",
@@ -71,6 +79,11 @@ func TestPVRefresh(t *testing.T) {
 			event: func(c *Controller) { c.onVolume(testutil.NewPV("pv", testDriver).Class("gone").Obj()) },
 		},
 		{
+			name:  "class with no items, in one zone: the other classes there",
+			event: func(c *Controller) { c.onVolume(testutil.NewPV("pv", testDriver).Class("gone").NodeAffinity(zoneKey, "a").Obj()) },
+			want:  both("a"),
+		},
+		{
 			name:  "no class",
 			event: func(c *Controller) { c.onVolume(testutil.NewPV("pv", testDriver).Obj()) },
 		},
@@ -85,7 +98,7 @@ func TestPVRefresh(t *testing.T) {
 			event: func(c *Controller) {
 				c.onVolumeUpdate(pv("pv").NodeAffinity(zoneKey, "a").Obj(), pv("pv").NodeAffinity(zoneKey, "a").Deleted().Obj())
 			},
-			want: fast("a"),
+			want: both("a"),
 		},
 		{
 			name:  "update while deleting",
@@ -94,14 +107,14 @@ func TestPVRefresh(t *testing.T) {
 		{
 			name:  "deleted",
 			event: func(c *Controller) { c.onVolumeDelete(pv("pv").NodeAffinity(zoneKey, "c").Obj()) },
-			want:  fast("c"),
+			want:  both("c"),
 		},
 		{
 			name: "deleted, tombstone",
 			event: func(c *Controller) {
 				c.onVolumeDelete(cache.DeletedFinalStateUnknown{Key: "pv", Obj: pv("pv").NodeAffinity(zoneKey, "b").Obj()})
 			},
-			want: fast("b"),
+			want: both("b"),
 		},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
@@ -26,8 +27,10 @@ const selectedNodeAnn = "volume.kubernetes.io/selected-node"
 // A WaitForFirstConsumer claim for node B gets its volume from node B's
 // driver only. Immediate claims are taken by exactly one node each: the
 // claim names it (selected-node), its volume is in that node's driver and
-// nowhere else, and the PV's node affinity names that node. Deleting the
-// claims deletes every volume through the sidecar of its node only: with
+// nowhere else, and the PV's node affinity names that node. Each node
+// publishes the CSIStorageCapacity of its own segment (10Gi less its
+// volumes of either class, refreshed by PV events). Deleting the claims
+// deletes every volume through the sidecar of its node only: with
 // node B's sidecar down, B's PVs stay and B's volumes with
 // them, until B's sidecar is back; no driver keeps a volume.
 func TestNodeDeployment(t *testing.T) {
@@ -74,6 +77,26 @@ func TestNodeDeployment(t *testing.T) {
 		t.Logf("node %s: %d volumes", node, len(want[node]))
 	}
 
+	// Each node publishes the capacity of its own segment for the
+	// WaitForFirstConsumer class: 10Gi less its 1Gi volumes, whatever their
+	// class (the poll interval is an hour: the PV events refresh it).
+	testutil.Eventually(t, 0, "each node's CSIStorageCapacity", func(ctx context.Context) (bool, error) {
+		list, err := e.c.StorageV1().CSIStorageCapacities(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != len(nodes) {
+			return false, err
+		}
+		for _, c := range list.Items {
+			node := c.NodeTopology.MatchLabels[e2e.TopologyKey]
+			left := resource.MustParse(fmt.Sprintf("%dGi", 10-len(want[node])))
+			if _, ok := nodes[node]; !ok || c.StorageClassName != wffc.Name || c.Labels["csi.storage.k8s.io/managed-by"] != "external-provisioner-"+node ||
+				c.Capacity == nil || c.Capacity.Cmp(left) != 0 {
+				t.Logf("object %s: node %q, class %s, managed-by %q, capacity %v (want %s)", c.Name, node, c.StorageClassName, c.Labels["csi.storage.k8s.io/managed-by"], c.Capacity, left.String())
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+
 	// Node B's sidecar is down while every claim is deleted: node A
 	// deletes its own volumes and leaves B's PVs alone, whatever their phase (its driver would
 	// call B's volumes deleted, and the PVs would go while the volumes
@@ -114,17 +137,19 @@ func (e *env) waitPVsGone(names ...string) {
 	})
 }
 
-// startNodeStack starts, for node, a hostpath driver that reports node as
-// its node ID and topology, registers the node (Node and CSINode, as the
-// kubelet would), and starts a sidecar with --node-deployment and
-// NODE_NAME=node. Short delays let Immediate claims be taken quickly.
+// startNodeStack starts, for node, a hostpath driver (10Gi) that reports
+// node as its node ID and topology, registers the node (Node and CSINode,
+// as the kubelet would), and starts a sidecar with --node-deployment,
+// NODE_NAME=node and --enable-capacity in the test's namespace. Short
+// delays let Immediate claims be taken quickly.
 func (e *env) startNodeStack(node string) *stack {
 	e.t.Helper()
 	return e.startStackWith(stackConfig{
-		driver: e2e.DriverConfig{Topology: true, NodeID: node},
+		driver: e2e.DriverConfig{Topology: true, NodeID: node, Args: []string{"--capacity=10Gi"}},
 		sidecarArgs: []string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
-			"--retry-interval-start=200ms", "--retry-interval-max=2s"},
-		sidecarEnv: []string{"NODE_NAME=" + node},
+			"--retry-interval-start=200ms", "--retry-interval-max=2s",
+			"--enable-capacity", "--capacity-ownerref-level=-1", "--capacity-poll-interval=1h"},
+		sidecarEnv: []string{"NODE_NAME=" + node, "NAMESPACE=" + e.ns},
 	})
 }
 
