@@ -79,9 +79,11 @@ func TestPVRefresh(t *testing.T) {
 			event: func(c *Controller) { c.onVolume(testutil.NewPV("pv", testDriver).Class("gone").Obj()) },
 		},
 		{
-			name:  "class with no items, in one zone: the other classes there",
-			event: func(c *Controller) { c.onVolume(testutil.NewPV("pv", testDriver).Class("gone").NodeAffinity(zoneKey, "a").Obj()) },
-			want:  both("a"),
+			name: "class with no items, in one zone: the other classes there",
+			event: func(c *Controller) {
+				c.onVolume(testutil.NewPV("pv", testDriver).Class("gone").NodeAffinity(zoneKey, "a").Obj())
+			},
+			want: both("a"),
 		},
 		{
 			name:  "no class",
