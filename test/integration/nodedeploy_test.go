@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -54,6 +55,29 @@ func TestNodeDeployment(t *testing.T) {
 	}
 
 	claims := e.waitAllBound(immediate + 1)
+
+	// Nodes race for Immediate claims before the library posts its
+	// Provisioning event: every claim's Provisioning events come from one
+	// node's sidecar, the one that took it.
+	events, err := e.c.CoreV1().Events(e.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sources := map[string]map[string]bool{}
+	for _, ev := range events.Items {
+		if ev.Reason != "Provisioning" {
+			continue
+		}
+		if sources[ev.InvolvedObject.Name] == nil {
+			sources[ev.InvolvedObject.Name] = map[string]bool{}
+		}
+		sources[ev.InvolvedObject.Name][ev.Source.Component] = true
+	}
+	for claim, from := range sources {
+		if len(from) > 1 {
+			t.Errorf("claim %s: Provisioning events from %d sidecars %v, want only the node that took it", claim, len(from), slices.Collect(maps.Keys(from)))
+		}
+	}
 
 	// Each volume is in the driver of the claim's node, and only there.
 	want := map[string][]string{nodeA: nil, nodeB: nil}
