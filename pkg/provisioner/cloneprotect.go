@@ -87,15 +87,8 @@ func (p *Provisioner) RunCloneProtection(ctx context.Context, workers int) {
 // cloneSourceSync removes CloneFinalizer from the claim with key
 // namespace/name when it is being deleted and no clone of it is pending.
 func (p *Provisioner) cloneSourceSync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil // not a key of ours; retrying cannot help
-	}
-	claim, err := p.claims.PersistentVolumeClaims(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	claim, err := p.claimOfKey(key)
+	if claim == nil || err != nil {
 		return err
 	}
 	if claim.DeletionTimestamp == nil || !slices.Contains(claim.Finalizers, CloneFinalizer) {
@@ -108,7 +101,7 @@ func (p *Provisioner) cloneSourceSync(ctx context.Context, key string) error {
 	}
 	clone := claim.DeepCopy()
 	clone.Finalizers = slices.DeleteFunc(clone.Finalizers, func(f string) bool { return f == CloneFinalizer })
-	if _, err := p.client.CoreV1().PersistentVolumeClaims(namespace).Update(ctx, clone, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := p.client.CoreV1().PersistentVolumeClaims(clone.Namespace).Update(ctx, clone, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

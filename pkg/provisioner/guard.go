@@ -84,19 +84,27 @@ func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 	logger.V(2).Info("Stopped the in-flight finalizer guard")
 }
 
+// claimOfKey returns the informer's claim with key namespace/name, or nil
+// (and no error) when it is gone or key is not a claim key: there is
+// nothing to sync then, and retrying cannot help.
+func (p *Provisioner) claimOfKey(key string) (*corev1.PersistentVolumeClaim, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, nil
+	}
+	claim, err := p.claims.PersistentVolumeClaims(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return claim, err
+}
+
 // guardSync applies the guard's rules (see RunGuard) to the claim with
 // key namespace/name.
 func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 	logger := klog.FromContext(ctx)
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil // not a key of ours; retrying cannot help
-	}
-	claim, err := p.claims.PersistentVolumeClaims(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	claim, err := p.claimOfKey(key)
+	if claim == nil || err != nil {
 		return err
 	}
 	if !inflight.Has(claim) || !p.annotatedForUs(claim) {
