@@ -681,15 +681,24 @@ func (c *Controller) refreshLocked() {
 // queueObsoleteLocked queues every cached object that is for no desired
 // item.
 func (c *Controller) queueObsoleteLocked() {
+	for _, obj := range c.obsoleteLocked() {
+		c.queue.Add(objectKey(obj.Name))
+	}
+}
+
+// obsoleteLocked returns the cached objects that are for no desired item.
+func (c *Controller) obsoleteLocked() []*storagev1.CSIStorageCapacity {
+	var out []*storagev1.CSIStorageCapacity
 	for _, o := range c.objInformer.GetStore().List() {
 		obj, ok := o.(*storagev1.CSIStorageCapacity)
 		if !ok {
 			continue
 		}
 		if key, ok := itemKeyOf(obj); !ok || !c.isDesiredLocked(key) {
-			c.queue.Add(objectKey(obj.Name))
+			out = append(out, obj)
 		}
 	}
+	return out
 }
 
 func (c *Controller) isDesiredLocked(key string) bool {
@@ -709,14 +718,5 @@ func (c *Controller) counts() (goal, current, obsolete int) {
 			current++
 		}
 	}
-	for _, o := range c.objInformer.GetStore().List() {
-		obj, ok := o.(*storagev1.CSIStorageCapacity)
-		if !ok {
-			continue
-		}
-		if key, ok := itemKeyOf(obj); !ok || !c.isDesiredLocked(key) {
-			obsolete++
-		}
-	}
-	return goal, current, obsolete
+	return goal, current, len(c.obsoleteLocked())
 }
