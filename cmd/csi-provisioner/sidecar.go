@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -186,8 +186,8 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			synced["capacity"] = capacityCtl.HasSynced
 		}
 		health.add("informers", func(context.Context) error {
-			for name, synced := range synced {
-				if !synced() {
+			for name, hasSynced := range synced {
+				if !hasSynced() {
 					return fmt.Errorf("%s caches not synced", name)
 				}
 			}
