@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -19,6 +18,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
@@ -435,37 +435,23 @@ func (p *Provisioner) checkVolumeNode(ctx context.Context, pv *corev1.Persistent
 // 1.5 × max). Entries are keyed by claim UID and forgotten when the claim
 // is provisioned, gone, or taken by another node.
 type ownerDelays struct {
-	base, max time.Duration
-	jitter    func() float64 // in [0, 1)
-
-	mu       sync.Mutex
-	attempts map[types.UID]int
+	// limiter counts the attempts per claim and doubles the delay from
+	// base up to max (client-go's per-item exponential backoff).
+	limiter workqueue.TypedRateLimiter[types.UID]
+	jitter  func() float64 // in [0, 1)
 }
 
 func newOwnerDelays(base, maxDelay time.Duration, jitter func() float64) *ownerDelays {
-	return &ownerDelays{base: base, max: maxDelay, jitter: jitter, attempts: map[types.UID]int{}}
+	return &ownerDelays{limiter: workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](base, maxDelay), jitter: jitter}
 }
 
 // next returns the delay of the next attempt for uid and counts it.
 func (d *ownerDelays) next(uid types.UID) time.Duration {
-	d.mu.Lock()
-	n := d.attempts[uid]
-	d.attempts[uid] = n + 1
-	d.mu.Unlock()
-	delay := d.base
-	for range n {
-		if delay >= d.max/2 {
-			delay = d.max
-			break
-		}
-		delay *= 2
-	}
-	delay = min(delay, d.max)
+	delay := d.limiter.When(uid)
 	return delay + time.Duration(d.jitter()*float64(delay)/2)
 }
 
-func (d *ownerDelays) forget(uid types.UID) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.attempts, uid)
-}
+func (d *ownerDelays) forget(uid types.UID) { d.limiter.Forget(uid) }
+
+// counted reports whether an attempt for uid is counted.
+func (d *ownerDelays) counted(uid types.UID) bool { return d.limiter.NumRequeues(uid) > 0 }

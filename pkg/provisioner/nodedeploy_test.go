@@ -410,9 +410,7 @@ func TestNodeDeploymentBecomeOwner(t *testing.T) {
 					}
 				}
 			}
-			h.p.node.delays.mu.Lock()
-			_, counted := h.p.node.delays.attempts[tt.apiClaim.UID]
-			h.p.node.delays.mu.Unlock()
+			counted := h.p.node.delays.counted(tt.apiClaim.UID)
 			if counted != tt.wantDelay {
 				t.Errorf("delay of the claim still counted = %v, want %v", counted, tt.wantDelay)
 			}
