@@ -39,20 +39,27 @@ const CloneFinalizer = "provisioner.storage.kubernetes.io/cloning-protection"
 // errSourceInvalid is upstream's answer for every defect of the source PV.
 var errSourceInvalid = errors.New("claim in dataSource not bound or invalid")
 
-// cloneSourceOf returns the name of the claim that claim clones (in its own
-// namespace), "" when its data source is not a claim.
-func cloneSourceOf(claim *corev1.PersistentVolumeClaim) string {
-	if ref, ok := sourceRefOf(claim); ok && ref.kind == kindClaim && !ref.crossNamespace {
-		return ref.name
+// cloneSourceOf returns the key (namespace/name) of the claim that claim
+// clones, "" when its data source is not a claim. A source in another
+// namespace counts only under the CrossNamespaceVolumeDataSource feature.
+func (p *Provisioner) cloneSourceOf(claim *corev1.PersistentVolumeClaim) string {
+	ref, ok := sourceRefOf(claim)
+	switch {
+	case !ok || ref.kind != kindClaim || ref.name == "":
+		return ""
+	case !ref.crossNamespace():
+		return claim.Namespace + "/" + ref.name
+	case p.cfg.grants != nil:
+		return ref.namespace + "/" + ref.name
 	}
 	return ""
 }
 
-// cloneContentSource checks the clone and its source claim and returns the
-// content source naming the source's volume.
-func (p *Provisioner) cloneContentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source string) (*csi.VolumeContentSource, error) {
+// cloneContentSource checks the clone and its source claim (namespace,
+// source) and returns the content source naming the source's volume.
+func (p *Provisioner) cloneContentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, namespace, source string) (*csi.VolumeContentSource, error) {
 	logger := klog.FromContext(ctx)
-	src, err := p.claims.PersistentVolumeClaims(claim.Namespace).Get(source)
+	src, err := p.claims.PersistentVolumeClaims(namespace).Get(source)
 	if err != nil {
 		return nil, fmt.Errorf("error getting PVC %s (namespace %q) from api server: %w", source, claim.Namespace, err)
 	}

@@ -21,13 +21,13 @@ const (
 	cloneProtectionQueueName = "cloning_protection"
 )
 
-func claimByCloneSource(obj interface{}) ([]string, error) {
+func (p *Provisioner) claimByCloneSource(obj interface{}) ([]string, error) {
 	claim, ok := obj.(*corev1.PersistentVolumeClaim)
 	if !ok {
 		return nil, nil
 	}
-	if src := cloneSourceOf(claim); src != "" {
-		return []string{claim.Namespace + "/" + src}, nil
+	if src := p.cloneSourceOf(claim); src != "" {
+		return []string{src}, nil
 	}
 	return nil, nil
 }
@@ -63,8 +63,8 @@ func (p *Provisioner) RunCloneProtection(ctx context.Context, workers int) {
 		if claim.DeletionTimestamp != nil && slices.Contains(claim.Finalizers, CloneFinalizer) {
 			queue.Add(claim.Namespace + "/" + claim.Name)
 		}
-		if src := cloneSourceOf(claim); src != "" {
-			queue.Add(claim.Namespace + "/" + src)
+		if src := p.cloneSourceOf(claim); src != "" {
+			queue.Add(src)
 		}
 	}
 	reg, err := p.claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{

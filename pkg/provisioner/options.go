@@ -3,13 +3,15 @@ package provisioner
 import (
 	"errors"
 	"fmt"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"math/rand/v2"
 	"strings"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // Defaults of the options, in one place. Each maps an upstream
@@ -61,6 +63,9 @@ type config struct {
 	preventVolumeModeConversion bool
 	// node is set by WithNodeDeployment; nil for central provisioning.
 	node *NodeDeployment
+	// grants is set by WithReferenceGrants; nil refuses sources in other
+	// namespaces.
+	grants ReferenceGrants
 }
 
 func defaultConfig() config {
@@ -190,4 +195,25 @@ func WithVolumeAttributesClass(on bool) Option {
 // identity and for the waits of node deployment.
 func WithClock(clk clock.Clock) Option {
 	return func(c *config) { c.clock = clk }
+}
+
+// ReferenceGrants tells whether a claim may use a data source in another
+// namespace; [refgrant.Lister] implements it from the Gateway API's
+// ReferenceGrants.
+type ReferenceGrants interface {
+	// Allows reports whether the PersistentVolumeClaims of fromNamespace
+	// may refer to the object to (in another namespace).
+	Allows(fromNamespace string, to refgrant.Reference) (bool, error)
+}
+
+// WithReferenceGrants turns on the CrossNamespaceVolumeDataSource feature:
+// a claim whose dataSourceRef names a claim or a VolumeSnapshot of another
+// namespace is cloned or restored from it when g allows it (upstream's
+// "accessing ... isn't allowed" error otherwise, retried). The source is
+// protected as in its own namespace: the cloning protection counts pending
+// clones of every namespace, and the snapshot sweep pending restores of
+// every namespace. Without this option such a claim gets upstream's final
+// "feature is disabled" error.
+func WithReferenceGrants(g ReferenceGrants) Option {
+	return func(c *config) { c.grants = g }
 }

@@ -103,12 +103,12 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		p.attempts.observeClean(cur.UID)
 	}
 	if pl.cloneOf != "" {
-		if err := p.protectCloneSource(ctx, cur.Namespace, pl.cloneOf); err != nil {
+		if err := p.protectCloneSource(ctx, pl.sourceNamespace, pl.cloneOf); err != nil {
 			return nil, controller.ProvisioningNoChange, err
 		}
 	}
 	if pl.snapshot != "" {
-		if err := p.protectSnapshot(ctx, cur.Namespace, pl.snapshot); err != nil {
+		if err := p.protectSnapshot(ctx, pl.sourceNamespace, pl.snapshot); err != nil {
 			return nil, controller.ProvisioningNoChange, err
 		}
 	}
@@ -245,7 +245,7 @@ func (p *Provisioner) releaseSnapshotOf(ctx context.Context, claim *corev1.Persi
 	if pl.snapshot == "" {
 		return
 	}
-	if err := p.releaseSnapshot(ctx, claim.Namespace, pl.snapshot); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not remove the snapshot's source protection", "snapshot", klog.KRef(claim.Namespace, pl.snapshot))
+	if err := p.releaseSnapshot(ctx, pl.sourceNamespace, pl.snapshot); err != nil {
+		klog.FromContext(ctx).Error(err, "Could not remove the snapshot's source protection", "snapshot", klog.KRef(pl.sourceNamespace, pl.snapshot))
 	}
 }

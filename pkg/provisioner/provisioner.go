@@ -155,7 +155,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		p.hasSynced = append(p.hasSynced, nodes.Informer().HasSynced, csiNodes.Informer().HasSynced)
 	}
 	if caps.CloneVolume {
-		if err := p.claimInf.AddIndexers(cache.Indexers{indexClaimByCloneSource: claimByCloneSource}); err != nil {
+		if err := p.claimInf.AddIndexers(cache.Indexers{indexClaimByCloneSource: p.claimByCloneSource}); err != nil {
 			return nil, fmt.Errorf("new provisioner: add clone source indexer: %w", err)
 		}
 	}

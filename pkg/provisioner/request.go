@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // Parameter keys and data source kinds.
@@ -45,6 +47,9 @@ type plan struct {
 	cloneOf string
 	// snapshot names the VolumeSnapshot restored from, "" for none.
 	snapshot string
+	// sourceNamespace is the namespace of cloneOf or snapshot: the claim's,
+	// or another one under the CrossNamespaceVolumeDataSource feature.
+	sourceNamespace string
 }
 
 // prepare validates claim and class and builds the CreateVolume request for
@@ -117,7 +122,7 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		return nil, controller.ProvisioningNoChange, err
 	}
 
-	pl := &plan{fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf, snapshot: snapshot}
+	pl := &plan{fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf, snapshot: snapshot, sourceNamespace: source.namespace}
 	requirement, cached := p.topologies.get(claim.UID)
 	if cached {
 		pl.topologyCached = true
@@ -160,14 +165,14 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		MutableParameters:         mutable,
 	}
 	if cloneOf != "" {
-		src, err := p.cloneContentSource(ctx, claim, class, cloneOf)
+		src, err := p.cloneContentSource(ctx, claim, class, source.namespace, cloneOf)
 		if err != nil {
 			return nil, controller.ProvisioningNoChange, fmt.Errorf("error getting handle for DataSource Type %s by Name %s: %w", kindClaim, cloneOf, err)
 		}
 		pl.req.VolumeContentSource = src
 	}
 	if snapshot != "" {
-		src, err := p.snapshotContentSource(ctx, claim, class, snapshot)
+		src, err := p.snapshotContentSource(ctx, claim, class, source.namespace, snapshot)
 		if err != nil {
 			return nil, controller.ProvisioningNoChange, fmt.Errorf("error getting handle for DataSource Type %s by Name %s: %w", kindVolumeSnapshot, snapshot, err)
 		}
@@ -177,12 +182,16 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 }
 
 // sourceRef is the data source a claim names: spec.dataSource when set,
-// else spec.dataSourceRef (upstream's order). crossNamespace is set for a
+// else spec.dataSourceRef (upstream's order). namespace is set only for a
 // dataSourceRef into another namespace.
 type sourceRef struct {
 	group, kind, name string
-	crossNamespace    bool
+	namespace         string
 }
+
+// crossNamespace reports whether the source is in another namespace than
+// its claim.
+func (r sourceRef) crossNamespace() bool { return r.namespace != "" }
 
 // sourceRefOf returns the claim's data source; false when it names none.
 func sourceRefOf(claim *corev1.PersistentVolumeClaim) (sourceRef, bool) {
@@ -193,7 +202,9 @@ func sourceRefOf(claim *corev1.PersistentVolumeClaim) (sourceRef, bool) {
 		r.kind, r.name, group = ds.Kind, ds.Name, ds.APIGroup
 	case ref != nil:
 		r.kind, r.name, group = ref.Kind, ref.Name, ref.APIGroup
-		r.crossNamespace = ref.Namespace != nil && *ref.Namespace != ""
+		if ref.Namespace != nil && *ref.Namespace != claim.Namespace {
+			r.namespace = *ref.Namespace
+		}
 	default:
 		return r, false
 	}
@@ -204,20 +215,27 @@ func sourceRefOf(claim *corev1.PersistentVolumeClaim) (sourceRef, bool) {
 }
 
 // dataSource is the claim's data source this provisioner provisions from:
-// kind kindClaim or kindVolumeSnapshot, or the zero value for none.
-type dataSource struct{ kind, name string }
+// kind kindClaim or kindVolumeSnapshot in namespace, or the zero value for
+// none.
+type dataSource struct{ kind, namespace, name string }
 
 // checkDataSource accepts a claim without a data source, returns a clone's
-// or restore's source and rejects what cannot be one. Another kind belongs
+// or restore's source and rejects what cannot be one. A source in another
+// namespace needs the CrossNamespaceVolumeDataSource feature
+// ([WithReferenceGrants]) and a ReferenceGrant there. Another kind belongs
 // to an external populator: the claim is ignored, with upstream's Normal
 // event (not in check mode).
 func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check bool) (dataSource, error) {
 	ref, ok := sourceRefOf(claim)
-	switch {
-	case !ok:
+	if !ok {
 		return dataSource{}, nil
-	case ref.crossNamespace:
-		return dataSource{}, errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
+	}
+	namespace := claim.Namespace
+	if ref.crossNamespace() {
+		if err := p.checkGrant(claim, ref); err != nil {
+			return dataSource{}, err
+		}
+		namespace = ref.namespace
 	}
 	kind, name, group := ref.kind, ref.name, ref.group
 	if name == "" {
@@ -228,9 +246,9 @@ func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check
 		if group != snapshotAPIGroup {
 			return dataSource{}, fmt.Errorf("the PVC source does not belong to the right APIGroup. Expected %s, Got %s", snapshotAPIGroup, group)
 		}
-		return dataSource{kindVolumeSnapshot, name}, nil
+		return dataSource{kindVolumeSnapshot, namespace, name}, nil
 	case kindClaim:
-		return dataSource{kindClaim, name}, nil
+		return dataSource{kindClaim, namespace, name}, nil
 	}
 	if !check {
 		p.recorder.Event(claim, corev1.EventTypeNormal, reasonProvisioning, msgPopulator)
@@ -238,6 +256,22 @@ func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check
 	return dataSource{}, &controller.IgnoredError{
 		Reason: fmt.Sprintf("data source (%s) is not handled by the provisioner, assuming an external populator will provision it", kind),
 	}
+}
+
+// checkGrant accepts a source in another namespace when the feature is on
+// and a ReferenceGrant there allows it; upstream's messages.
+func (p *Provisioner) checkGrant(claim *corev1.PersistentVolumeClaim, ref sourceRef) error {
+	if p.cfg.grants == nil {
+		return errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
+	}
+	allowed, err := p.cfg.grants.Allows(claim.Namespace, refgrant.Reference{Namespace: ref.namespace, Group: ref.group, Kind: ref.kind, Name: ref.name})
+	if err != nil {
+		return err
+	}
+	if !allowed {
+		return fmt.Errorf("accessing %s/%s of %s dataSource from %s/%s isn't allowed", ref.namespace, ref.name, ref.kind, claim.Namespace, claim.Name)
+	}
+	return nil
 }
 
 // checkCapabilities fails when the driver cannot serve the request at all;

@@ -36,11 +36,11 @@ const SnapshotFinalizer = "provisioner.storage.kubernetes.io/volumesnapshot-as-s
 
 const annAllowVolumeModeChange = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 
-// snapshotContentSource checks the snapshot a claim is restored from and
-// returns the content source naming its handle. Messages are upstream's.
-func (p *Provisioner) snapshotContentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string) (*csi.VolumeContentSource, error) {
+// snapshotContentSource checks the snapshot (namespace, name) a claim is
+// restored from and returns the content source naming its handle. Messages are upstream's.
+func (p *Provisioner) snapshotContentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, namespace, name string) (*csi.VolumeContentSource, error) {
 	snaps := p.cfg.snapshots.SnapshotV1()
-	snap, err := snaps.VolumeSnapshots(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
+	snap, err := snaps.VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("error getting snapshot %s from api server: %w", name, err)
 	}

@@ -73,11 +73,19 @@ func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
 	return nil
 }
 
-// restorePending reports whether a claim of namespace that restores from
-// the snapshot name is still pending (a claim being deleted with a create
-// in flight stays pending too).
+// restorePending reports whether a pending claim restores from the
+// snapshot namespace/name: a claim of that namespace or, under the
+// CrossNamespaceVolumeDataSource feature, of any namespace through its
+// dataSourceRef (a claim being deleted with a create in flight stays
+// pending too).
 func (p *Provisioner) restorePending(namespace, name string) bool {
-	claims, err := p.claims.PersistentVolumeClaims(namespace).List(labels.Everything())
+	var claims []*corev1.PersistentVolumeClaim
+	var err error
+	if p.cfg.grants != nil {
+		claims, err = p.claims.List(labels.Everything())
+	} else {
+		claims, err = p.claims.PersistentVolumeClaims(namespace).List(labels.Everything())
+	}
 	if err != nil {
 		return true // keep the protection when unsure
 	}
@@ -86,6 +94,12 @@ func (p *Provisioner) restorePending(namespace, name string) bool {
 			return false
 		}
 		ref, ok := sourceRefOf(c)
-		return ok && !ref.crossNamespace && ref.kind == kindVolumeSnapshot && ref.group == snapshotAPIGroup && ref.name == name
+		if !ok || ref.kind != kindVolumeSnapshot || ref.group != snapshotAPIGroup || ref.name != name {
+			return false
+		}
+		if ref.crossNamespace() {
+			return p.cfg.grants != nil && ref.namespace == namespace
+		}
+		return c.Namespace == namespace
 	})
 }

@@ -1,0 +1,236 @@
+package provisioner
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
+)
+
+// sourceNS is the namespace of the sources in these tests; the claims are in
+// testNS.
+const sourceNS = "source-ns"
+
+// fakeGrants allows the references it lists, from testNS only.
+type fakeGrants struct {
+	allowed []refgrant.Reference
+	err     error
+	asked   []refgrant.Reference
+}
+
+func (g *fakeGrants) Allows(from string, to refgrant.Reference) (bool, error) {
+	g.asked = append(g.asked, to)
+	return from == testNS && slices.Contains(g.allowed, to), g.err
+}
+
+// fromNamespace points the claim's data source into namespace, through
+// dataSourceRef only, as the API server stores it.
+func fromNamespace(c *corev1.PersistentVolumeClaim, namespace string) *corev1.PersistentVolumeClaim {
+	c.Spec.DataSource = nil
+	c.Spec.DataSourceRef.Namespace = ptr.To(namespace)
+	return c
+}
+
+var sourceClaimRef = refgrant.Reference{Namespace: sourceNS, Kind: kindClaim, Name: "src"}
+
+func TestCrossNamespaceClone(t *testing.T) {
+	tests := []struct {
+		name string
+		// grants nil: the feature is off.
+		grants     *fakeGrants
+		namespace  string // of the data source; default sourceNS
+		wantState  controller.ProvisioningState
+		wantErr    string
+		wantWrites []string
+	}{
+		{
+			name: "feature off", wantState: controller.ProvisioningFinished,
+			wantErr: "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled",
+		},
+		{
+			name: "no grant", grants: &fakeGrants{}, wantState: controller.ProvisioningFinished,
+			wantErr: "accessing source-ns/src of PersistentVolumeClaim dataSource from ns/clone isn't allowed",
+		},
+		{
+			name: "grants unreadable", grants: &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}, err: errors.New("no index")},
+			wantState: controller.ProvisioningFinished, wantErr: "no index",
+		},
+		{
+			name: "granted: cloned from the source's volume, the source protected", grants: &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}},
+			wantState: controller.ProvisioningFinished, wantWrites: []string{"update persistentvolumeclaims", "update persistentvolumeclaims"},
+		},
+		{
+			name: "its own namespace named: no grant needed, feature off", namespace: testNS,
+			wantState: controller.ProvisioningFinished, wantWrites: []string{"update persistentvolumeclaims", "update persistentvolumeclaims"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := tt.namespace
+			if ns == "" {
+				ns = sourceNS
+			}
+			src, pv := sourcePair()
+			src.Obj().Namespace = ns
+			pv.BoundTo(src.Obj())
+			clone := fromNamespace(cloneOf("src").Obj(), ns)
+			class := newClass().Obj()
+			var opts []Option
+			if tt.grants != nil {
+				opts = append(opts, WithReferenceGrants(tt.grants))
+			}
+			h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), opts...)
+			got, state, err := h.provision(clone, class)
+			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
+				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)
+			}
+			if tt.wantErr != "" {
+				if got != nil || len(h.driver.createCalls()) != 0 || len(h.writes()) != 0 {
+					t.Errorf("a refused clone gave a PV (%v), %d CreateVolume calls, writes %v", got != nil, len(h.driver.createCalls()), h.writes())
+				}
+				if err := h.p.CheckProvision(h.ctx, clone, class); !strings.Contains(errString(err), tt.wantErr) {
+					t.Errorf("CheckProvision = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			creates := h.driver.createCalls()
+			if len(creates) != 1 || creates[0].GetVolumeContentSource().GetVolume().GetVolumeId() != "handle-pv-src" {
+				t.Fatalf("CreateVolume calls %v, want one from volume handle-pv-src", creates)
+			}
+			if w := h.writes(); !slices.Equal(w, tt.wantWrites) {
+				t.Errorf("writes %v, want %v", w, tt.wantWrites)
+			}
+			if live := h.liveClaim(src.Obj()); !slices.Contains(live.Finalizers, CloneFinalizer) {
+				t.Errorf("source %s/src finalizers %v, want %s", ns, live.Finalizers, CloneFinalizer)
+			}
+		})
+	}
+}
+
+// TestCrossNamespaceCloneProtection: a pending clone in another namespace
+// keeps its source's cloning protection under the feature; without it such
+// a clone is never provisioned and does not count.
+func TestCrossNamespaceCloneProtection(t *testing.T) {
+	deletingSource := func() *corev1.PersistentVolumeClaim {
+		c := newClaim("src").VolumeName("pv-src").Phase(corev1.ClaimBound).Deleted().Finalizers(CloneFinalizer).Obj()
+		c.Namespace = sourceNS
+		return c
+	}
+	pending := fromNamespace(cloneOf("src").Phase(corev1.ClaimPending).Obj(), sourceNS)
+	bound := fromNamespace(cloneOf("src").Phase(corev1.ClaimBound).Obj(), sourceNS)
+	tests := []struct {
+		name       string
+		grants     bool
+		clone      *corev1.PersistentVolumeClaim
+		wantRemove bool
+	}{
+		{name: "feature on, a clone pending in another namespace: kept", grants: true, clone: pending},
+		{name: "feature on, that clone bound: removed", grants: true, clone: bound, wantRemove: true},
+		{name: "feature off: that clone does not count", clone: pending, wantRemove: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []Option
+			if tt.grants {
+				opts = append(opts, WithReferenceGrants(&fakeGrants{}))
+			}
+			src := deletingSource()
+			h := newHarness(t, cloneCaps(), objs(src, tt.clone), opts...)
+			if err := h.p.cloneSourceSync(h.ctx, sourceNS+"/src"); err != nil {
+				t.Fatal(err)
+			}
+			removed := !slices.Contains(h.liveClaim(src).Finalizers, CloneFinalizer)
+			if removed != tt.wantRemove {
+				t.Errorf("cloning protection removed: %v, want %v (writes %v)", removed, tt.wantRemove, h.writes())
+			}
+		})
+	}
+}
+
+// TestCrossNamespaceRestore: a granted restore from a snapshot of another
+// namespace uses its handle and protects that snapshot for the time of the
+// CreateVolume; the sweep keeps the protection while such a restore is
+// pending.
+func TestCrossNamespaceRestore(t *testing.T) {
+	snap, content := readySnapshot()
+	snap.Namespace = sourceNS
+	content.Spec.VolumeSnapshotRef.Namespace = sourceNS
+	snaps := snapfake.NewSimpleClientset(snap, content) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+	claim := fromNamespace(restoreOf("snap"), sourceNS)
+	class := newClass().Obj()
+	ref := refgrant.Reference{Namespace: sourceNS, Group: snapshotAPIGroup, Kind: kindVolumeSnapshot, Name: "snap"}
+	h := newHarness(t, snapshotCaps(), objs(claim, class), WithSnapshotClient(snaps), WithReferenceGrants(&fakeGrants{allowed: []refgrant.Reference{ref}}))
+	if _, _, err := h.provision(claim, class); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	creates := h.driver.createCalls()
+	if len(creates) != 1 || creates[0].GetVolumeContentSource().GetSnapshot().GetSnapshotId() != "snap-handle" {
+		t.Fatalf("CreateVolume calls %v, want one from snapshot snap-handle", creates)
+	}
+	var updated []string
+	for _, a := range snaps.Actions() {
+		if a.GetVerb() == "update" && a.GetResource().Resource == "volumesnapshots" {
+			updated = append(updated, a.GetNamespace())
+		}
+	}
+	if !slices.Equal(updated, []string{sourceNS, sourceNS}) {
+		t.Errorf("snapshot updates in namespaces %v, want the protection added and removed in %s", updated, sourceNS)
+	}
+}
+
+func TestCrossNamespaceSweep(t *testing.T) {
+	protected := func(ns, name string) *snapv1.VolumeSnapshot {
+		return &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Finalizers: []string{SnapshotFinalizer}}}
+	}
+	pending := fromNamespace(restoreOf("a"), sourceNS)
+	pending.Status.Phase = corev1.ClaimPending
+	for _, grants := range []bool{true, false} {
+		snaps := snapfake.NewSimpleClientset(protected(sourceNS, "a"), protected(testNS, "a")) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+		opts := []Option{WithSnapshotClient(snaps)}
+		if grants {
+			opts = append(opts, WithReferenceGrants(&fakeGrants{}))
+		}
+		h := newHarness(t, snapshotCaps(), objs(pending), opts...)
+		if err := h.p.sweepSnapshots(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+		for ns, wantKept := range map[string]bool{sourceNS: grants, testNS: false} {
+			got, err := snaps.SnapshotV1().VolumeSnapshots(ns).Get(t.Context(), "a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept := slices.Contains(got.Finalizers, SnapshotFinalizer); kept != wantKept {
+				t.Errorf("feature %v: snapshot %s/a kept its protection: %v, want %v", grants, ns, kept, wantKept)
+			}
+		}
+	}
+}
+
+// TestCrossNamespacePopulator: a populator's source in another namespace
+// needs a grant like any other before the claim is left to the populator.
+func TestCrossNamespacePopulator(t *testing.T) {
+	group := "populators.example.com"
+	claim := fromNamespace(newClaim("c").DataSource(&group, "Sample", "s1").Obj(), sourceNS)
+	class := newClass().Obj()
+	ref := refgrant.Reference{Namespace: sourceNS, Group: group, Kind: "Sample", Name: "s1"}
+	for _, tt := range []struct {
+		allowed     []refgrant.Reference
+		wantIgnored bool
+	}{{nil, false}, {[]refgrant.Reference{ref}, true}} {
+		h := newHarness(t, baseCaps(), objs(claim, class), WithReferenceGrants(&fakeGrants{allowed: tt.allowed}))
+		_, _, err := h.provision(claim, class)
+		if isIgnored(err) != tt.wantIgnored || err == nil {
+			t.Errorf("granted %v: Provision error %v, want ignored: %v", tt.allowed != nil, err, tt.wantIgnored)
+		}
+	}
+}
+
