@@ -233,4 +233,3 @@ func TestCrossNamespacePopulator(t *testing.T) {
 		}
 	}
 }
-
