@@ -111,7 +111,9 @@ const (
 	// FeatureVolumeAttributesClass passes VolumeAttributesClass parameters
 	// as mutable_parameters.
 	FeatureVolumeAttributesClass featuregate.Feature = "VolumeAttributesClass"
-	// FeatureCrossNamespaceVolumeDataSource is accepted, not implemented.
+	// FeatureCrossNamespaceVolumeDataSource lets a claim's dataSourceRef name
+	// a claim or VolumeSnapshot of another namespace that a Gateway API
+	// ReferenceGrant there allows.
 	FeatureCrossNamespaceVolumeDataSource featuregate.Feature = "CrossNamespaceVolumeDataSource"
 	// FeatureReleaseLeaderElectionOnExit releases the Lease on a clean exit
 	// so a new leader takes over at once.
@@ -335,23 +337,6 @@ func (c *Config) validateNodeDeployment() error {
 		return errors.New("--node-deployment cannot run the built-in binder (--enable-binder=true): every node runs a sidecar and they would all bind the same claims; kube-controller-manager binds, as upstream")
 	}
 	return nil
-}
-
-// Unimplemented lists the upstream flags that were set to a value this
-// sidecar does not implement, for a warning at start-up.
-func (c *Config) Unimplemented() []string {
-	var names []string
-	for _, f := range []struct {
-		name    string
-		changed bool
-	}{
-		{"feature-gates=CrossNamespaceVolumeDataSource", c.FeatureGates.Enabled(FeatureCrossNamespaceVolumeDataSource)},
-	} {
-		if f.changed {
-			names = append(names, "--"+f.name)
-		}
-	}
-	return names
 }
 
 // stringMap is a flag of comma-separated key:value pairs, as csi-lib-utils'

@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	logsapi "k8s.io/component-base/logs/api/v1"
 )
@@ -129,29 +127,6 @@ func TestVersionAndHelp(t *testing.T) {
 	stdout.Reset()
 	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "-csi-address") {
 		t.Errorf("--help: code %d, stdout %q", code, stdout.String())
-	}
-}
-
-func TestUnimplementedFlagsAreNamed(t *testing.T) {
-	c, err := parseFlags([]string{"--enable-capacity", "--node-deployment", "--feature-gates=CrossNamespaceVolumeDataSource=true", "--timeout=1m"}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := c.Unimplemented()
-	want := []string{"--feature-gates=CrossNamespaceVolumeDataSource"}
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Errorf("Unimplemented() = %v, want %v", got, want)
-	}
-	if c.Timeout != time.Minute {
-		t.Errorf("timeout = %s", c.Timeout)
-	}
-	c, err = parseFlags(nil, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := c.Unimplemented(); len(got) != 0 {
-		t.Errorf("defaults reported as unimplemented: %v", got)
 	}
 }
 

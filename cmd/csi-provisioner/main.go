@@ -61,9 +61,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting csi-provisioner", "version", version)
-	for _, name := range cfg.Unimplemented() {
-		logger.Info("WARNING: flag accepted for compatibility with external-provisioner but not implemented; it has no effect", "flag", name)
-	}
 
 	err = runSidecar(ctx, cfg)
 	klog.Flush()

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -31,6 +32,7 @@ import (
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // informerResync is the shared informers' resync period, as upstream's
@@ -115,6 +117,13 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if node != nil {
 		provOpts = append(provOpts, provisioner.WithNodeDeployment(*node))
 	}
+	grants, err := referenceGrants(ctx, cfg, restCfg, main.Discovery())
+	if err != nil {
+		return err
+	}
+	if grants != nil {
+		provOpts = append(provOpts, provisioner.WithReferenceGrants(refgrant.NewLister(grants.GetIndexer())))
+	}
 	prov, err := provisioner.New(client, driver, factory, provOpts...)
 	if err != nil {
 		return fmt.Errorf("create provisioner: %w", err)
@@ -184,6 +193,16 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		if capacityCtl != nil {
 			wg.Go(func() { capacityCtl.Run(ctx, cfg.CapacityThreads) })
 			synced["capacity"] = capacityCtl.HasSynced
+		}
+		if grants != nil {
+			wg.Go(func() { grants.RunWithContext(ctx) })
+			synced["referencegrants"] = grants.HasSynced
+			// A claim handled before the grants are known would be refused
+			// and wait for its retry.
+			if !cache.WaitForCacheSync(ctx.Done(), grants.HasSynced) {
+				wg.Wait()
+				return
+			}
 		}
 		health.add("informers", func(context.Context) error {
 			for name, hasSynced := range synced {

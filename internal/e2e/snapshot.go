@@ -68,20 +68,8 @@ func InstallSnapshotCRDs(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 	for _, f := range snapshotCRDFiles {
-		objs, err := decodeYAMLFile(filepath.Join(dir, f))
-		if err != nil {
+		if err := createCRDs(ctx, dyn, filepath.Join(dir, f)); err != nil {
 			return err
-		}
-		for _, obj := range objs {
-			if obj.GetKind() != "CustomResourceDefinition" {
-				return fmt.Errorf("%s: expected a CustomResourceDefinition, found %s %q", f, obj.GetKind(), obj.GetName())
-			}
-			// The files carry an empty status block; the server owns it.
-			unstructured.RemoveNestedField(obj.Object, "status")
-			_, err := dyn.Resource(crdResource).Create(ctx, obj, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("create CRD %s from %s: %w", obj.GetName(), f, err)
-			}
 		}
 	}
 	snap, err := snapclient.NewForConfig(cfg)
@@ -132,6 +120,27 @@ func snapshotCRDDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("snapshot CRD directory: %w", err)
 	}
 	return dir, nil
+}
+
+// createCRDs creates the CustomResourceDefinitions of a YAML file; those
+// that exist are left as they are.
+func createCRDs(ctx context.Context, dyn dynamic.Interface, path string) error {
+	objs, err := decodeYAMLFile(path)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if obj.GetKind() != "CustomResourceDefinition" {
+			return fmt.Errorf("%s: expected a CustomResourceDefinition, found %s %q", path, obj.GetKind(), obj.GetName())
+		}
+		// The files may carry an empty status block; the server owns it.
+		unstructured.RemoveNestedField(obj.Object, "status")
+		_, err := dyn.Resource(crdResource).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create CRD %s from %s: %w", obj.GetName(), path, err)
+		}
+	}
+	return nil
 }
 
 // decodeYAMLFile decodes every non-empty document of a YAML (or JSON) file.

@@ -10,10 +10,11 @@
 // Cloning from a claim follows upstream too, with its cloning-protection
 // finalizer on the source (see clone.go and RunCloneProtection), and so
 // does restoring from a VolumeSnapshot (snapshot.go, with the periodic sweep
-// of orphaned snapshot finalizers in RunSnapshotSweep), and so does
-// distributed provisioning (see Node deployment below). CSI migration,
-// cross-namespace data sources and capacity tracking are not part of this
-// package.
+// of orphaned snapshot finalizers in RunSnapshotSweep), also from another
+// namespace when a ReferenceGrant allows it (WithReferenceGrants, the
+// CrossNamespaceVolumeDataSource feature), and so does distributed
+// provisioning (see Node deployment below). CSI migration and capacity
+// tracking (package capacity) are not part of this package.
 //
 // # Error states
 //

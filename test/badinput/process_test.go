@@ -91,6 +91,12 @@ func processRows() []processRow {
 			args: []string{"--enable-capacity", "--capacity-ownerref-level=-1"}, env: []string{"NAMESPACE=default"},
 			code: 1, line: []string{"--enable-capacity", "no-capacity.csi.kube-storage.io", "GET_CAPACITY"},
 		},
+		{
+			// This control plane has no Gateway API CRDs.
+			name: "cross-namespace-data-source-without-reference-grants", kubeconfig: true, socket: noCapacityDriver,
+			args: []string{"--feature-gates=CrossNamespaceVolumeDataSource=true"},
+			code: 1, line: []string{"--feature-gates=CrossNamespaceVolumeDataSource=true", "referencegrants.gateway.networking.k8s.io", "install the Gateway API CRDs"},
+		},
 	}
 }
 

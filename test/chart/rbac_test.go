@@ -30,6 +30,7 @@ import (
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // The secret the StorageClass names and the driver requires in both
@@ -56,6 +57,9 @@ type rbacStack struct {
 
 // rbacKinds are the kinds of the chart's RBAC.
 var rbacKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+// crossNamespaceValues turn the chart's cross-namespace data sources on.
+var crossNamespaceValues = []string{"--set", "sidecar.crossNamespaceDataSource.enabled=true"}
 
 // capacityValues turn the chart's storage capacity tracking on.
 var capacityValues = []string{"--set", "sidecar.capacity.enabled=true", "--set", "sidecar.capacity.forImmediateBinding=true"}
@@ -358,6 +362,9 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	if err := e2e.InstallSnapshotCRDs(t.Context(), cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
+	if err := e2e.InstallReferenceGrantCRD(t.Context(), cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("chart rules", func(t *testing.T) {
 		s := startUnderChartRBAC(t, cp, bins, "full", nil)
@@ -474,6 +481,25 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		}
 	})
 
+	t.Run("chart rules with cross-namespace data sources", func(t *testing.T) {
+		s := startUnderChartRBAC(t, cp, bins, "crossns", nil, crossNamespaceValues...)
+		if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.sidecar.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		used, refused := auditedRequests(t, s.user)
+		for _, r := range refused {
+			t.Errorf("the API server refused the sidecar %s", r)
+		}
+		for _, want := range []string{"gateway.networking.k8s.io/referencegrants list", "gateway.networking.k8s.io/referencegrants watch"} {
+			if !slices.Contains(used, want) {
+				t.Errorf("the sidecar did not %s; its requests: %v", want, used)
+			}
+		}
+	})
+
 	for _, tc := range []struct {
 		name     string
 		kind     string // ClusterRole or Role
@@ -508,6 +534,8 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		// sidecar.capacity: the objects, and the owner lookup at start.
 		{"capacity-create", "Role", "csistoragecapacities", "create", false, "dynamic", capacityValues, false},
 		{"capacity-owner", "Role", "replicasets", "get", false, "dynamic", capacityValues, true},
+		// sidecar.crossNamespaceDataSource: checked at start.
+		{"referencegrants", "ClusterRole", "referencegrants", "list", false, "dynamic", crossNamespaceValues, true},
 	} {
 		t.Run("without "+tc.verb+" "+tc.resource, func(t *testing.T) {
 			s := startUnderChartRBAC(t, cp, bins, tc.name, func(cr *rbacv1.ClusterRole, r *rbacv1.Role) {
@@ -669,6 +697,8 @@ func (s *rbacStack) waitDenied(res, verb string) {
 		group = "coordination.k8s.io"
 	case "volumesnapshots", "volumesnapshotcontents":
 		group = snapshotGroup
+	case "referencegrants":
+		group = refgrant.Group
 	}
 	review, err := s.cp.Client().AuthorizationV1().SubjectAccessReviews().Create(s.t.Context(), &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{

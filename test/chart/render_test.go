@@ -59,6 +59,10 @@ var wantCapacityRules = []rbacv1.PolicyRule{
 	rule("apps", "replicasets", "get"),
 }
 
+// wantReferenceGrantRule is the cluster-wide permission that
+// sidecar.crossNamespaceDataSource adds.
+var wantReferenceGrantRule = rule("gateway.networking.k8s.io", "referencegrants", "get", "list", "watch")
+
 // normRules renders rules as sorted "group/resource: verbs" lines, so two
 // rule lists compare equal when they grant the same verbs on the same
 // resources, whatever the order.
@@ -749,6 +753,13 @@ func TestRenderToggles(t *testing.T) {
 			checkProbes(t, sc, 8080, false)
 			// The DaemonSet owns the objects: the pod is read, no ReplicaSet.
 			checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, append(slices.Clone(wantLeaseRules), wantCapacityRules[:2]...))
+		}},
+		{"cross-namespace data sources", crossNamespaceValues, func(t *testing.T, m manifest) {
+			sc := container(t, typed[appsv1.Deployment](t, m.one(t, "Deployment")), sidecarName)
+			if !slices.Contains(sc.Args, "--feature-gates=CrossNamespaceVolumeDataSource=true") {
+				t.Errorf("args %q lack the CrossNamespaceVolumeDataSource gate", sc.Args)
+			}
+			checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, append(slices.Clone(wantClusterRules), wantReferenceGrantRule))
 		}},
 		{"image tag", []string{"--set", "sidecar.image.tag=v9", "--set", "driver.image.repository=example.com/d"}, func(t *testing.T, m manifest) {
 			d := typed[appsv1.Deployment](t, m.one(t, "Deployment"))

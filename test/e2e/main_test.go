@@ -27,7 +27,12 @@ import (
 var shared *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunMain(m, controlplane.Config{}, &shared))
+	// CrossNamespaceVolumeDataSource (alpha) lets claims name a data source
+	// in another namespace (TestCrossNamespaceDataSource); nothing else
+	// here uses it.
+	os.Exit(controlplane.RunMain(m, controlplane.Config{
+		ExtraAPIServerArgs: []string{"--feature-gates=CrossNamespaceVolumeDataSource=true"},
+	}, &shared))
 }
 
 // stack is one driver and one sidecar serving a driver name of their own, in
