@@ -464,6 +464,7 @@ func TestRenderAllOptions(t *testing.T) {
 		"--capacity-ownerref-level=2",
 		"--capacity-poll-interval=5m",
 		"--capacity-for-immediate-binding",
+		"--feature-gates=CrossNamespaceVolumeDataSource=true",
 		// --kube-api-qps and --timeout come from additionalArgs below.
 		"--kube-api-burst=600",
 		"--worker-threads=100",
@@ -528,7 +529,7 @@ func TestRenderAllOptions(t *testing.T) {
 	if sa.Name != "vendor-csi-controller" || sa.Annotations["example.com/role"] != "vendor-csi" {
 		t.Errorf("ServiceAccount = %+v", sa.ObjectMeta)
 	}
-	checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, wantClusterRules)
+	checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, append(slices.Clone(wantClusterRules), wantReferenceGrantRule))
 	checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, append(slices.Clone(wantLeaseRules), wantCapacityRules...))
 
 	drvObj := typed[storagev1.CSIDriver](t, m.one(t, "CSIDriver"))
