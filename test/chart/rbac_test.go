@@ -145,6 +145,9 @@ func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.B
 			t.Fatal(err)
 		}
 	}
+	if slices.Contains(args, "--node-deployment") {
+		env = append(env, "NODE_NAME="+s.driver.NodeID) // the pod's spec.nodeName
+	}
 	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
 		Kubeconfig: kubeconfig, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
 		Args: args, Env: env,
@@ -156,13 +159,20 @@ func startUnderChartRBAC(t *testing.T, cp *controlplane.ControlPlane, bins e2e.B
 	return s
 }
 
-// sidecarArgs are the chart's arguments for the sidecar container, with
+// sidecarArgs are the chart's arguments for the sidecar container (of the
+// Deployment, or of the DaemonSet in node deployment), with
 // $(ADDRESS) expanded to the driver's socket and --http-endpoint on a free
 // loopback port, plus a shorter retry interval and more verbose logs.
 func (s *rbacStack) sidecarArgs(m manifest) []string {
 	s.t.Helper()
+	var pod corev1.PodSpec
+	if ds := m.find("DaemonSet"); len(ds) > 0 {
+		pod = typed[appsv1.DaemonSet](s.t, ds[0]).Spec.Template.Spec
+	} else {
+		pod = typed[appsv1.Deployment](s.t, m.one(s.t, "Deployment")).Spec.Template.Spec
+	}
 	var args []string
-	for _, c := range typed[appsv1.Deployment](s.t, m.one(s.t, "Deployment")).Spec.Template.Spec.Containers {
+	for _, c := range pod.Containers {
 		if c.Name != sidecarName {
 			continue
 		}
@@ -176,7 +186,12 @@ func (s *rbacStack) sidecarArgs(m manifest) []string {
 			args = append(args, a)
 		}
 	}
-	if !slices.Contains(args, "--leader-election=true") || !slices.Contains(args, "--leader-election-namespace="+s.ns) {
+	switch {
+	case slices.Contains(args, "--node-deployment"):
+		if !slices.Contains(args, "--leader-election=false") {
+			s.t.Fatalf("the chart's sidecar args %q have leader election in node deployment", args)
+		}
+	case !slices.Contains(args, "--leader-election=true") || !slices.Contains(args, "--leader-election-namespace="+s.ns):
 		s.t.Fatalf("the chart's sidecar args %q lack leader election in %s", args, s.ns)
 	}
 	// A short sweep interval, so that the sweep's list of VolumeSnapshots
@@ -253,7 +268,7 @@ func (s *rbacStack) waitAuthorized(rules []rbacv1.PolicyRule) {
 
 // class creates, as the admin, the secret and a StorageClass of the driver
 // that names it.
-func (s *rbacStack) class() {
+func (s *rbacStack) class(mods ...func(*testutil.SCBuilder)) {
 	s.t.Helper()
 	ctx, c := s.t.Context(), s.cp.Client()
 	secret := &corev1.Secret{
@@ -263,10 +278,13 @@ func (s *rbacStack) class() {
 	if _, err := c.CoreV1().Secrets(s.ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		s.t.Fatal(err)
 	}
-	sc := testutil.NewSC(s.className, s.driver.Name).
+	b := testutil.NewSC(s.className, s.driver.Name).
 		Param("csi.storage.k8s.io/provisioner-secret-name", secretName).
-		Param("csi.storage.k8s.io/provisioner-secret-namespace", s.ns).Obj()
-	testutil.CreateClass(s.t, c, sc)
+		Param("csi.storage.k8s.io/provisioner-secret-namespace", s.ns)
+	for _, mod := range mods {
+		mod(b)
+	}
+	testutil.CreateClass(s.t, c, b.Obj())
 }
 
 // claim creates, as the admin, a 1Gi claim of the class; with volumeName,
@@ -478,6 +496,52 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			if !slices.Contains(used, want) {
 				t.Errorf("the sidecar did not use %q; it used %s", want, strings.Join(used, ", "))
 			}
+		}
+	})
+
+	t.Run("chart rules in node deployment", func(t *testing.T) {
+		s := startUnderChartRBAC(t, cp, bins, "node", nil, append([]string{"--set", "nodeDeployment.enabled=true"}, capacityValues...)...)
+		c := cp.Client()
+		if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+			t.Fatal(err)
+		}
+		s.class(func(b *testutil.SCBuilder) { b.WaitForFirstConsumer() })
+		// The scheduler's node and kube-controller-manager's annotation
+		// (its binder binds in this mode; it does not run here).
+		b := testutil.NewPVC(s.ns, "data").Class(s.className).Size("1Gi").RV("").
+			Annotation("volume.kubernetes.io/storage-provisioner", s.driver.Name).
+			Annotation("volume.kubernetes.io/selected-node", s.driver.NodeID)
+		claim, err := c.CoreV1().PersistentVolumeClaims(s.ns).Create(t.Context(), b.Obj(), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 0, "no PV provisioned for the claim in node deployment under the chart's RBAC", func(ctx context.Context) (bool, error) {
+			pvs, err := c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			return slices.ContainsFunc(pvs.Items, func(pv corev1.PersistentVolume) bool {
+				return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID
+			}), nil
+		})
+		// The DaemonSet owns the objects: level 1, here the pod's
+		// ReplicaSet (CreateOwnerChain's), read without get replicasets.
+		testutil.Eventually(t, 0, "no CSIStorageCapacity of this node owned by the pod's owner", func(ctx context.Context) (bool, error) {
+			list, err := c.StorageV1().CSIStorageCapacities(s.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			return slices.ContainsFunc(list.Items, func(o storagev1.CSIStorageCapacity) bool {
+				return o.StorageClassName == s.className && len(o.OwnerReferences) == 1 && o.OwnerReferences[0].Kind == "ReplicaSet" &&
+					o.Labels["csi.storage.k8s.io/managed-by"] == "external-provisioner-"+s.driver.NodeID
+			}), nil
+		})
+		if err := s.sidecar.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_, refused := auditedRequests(t, s.user)
+		for _, r := range refused {
+			t.Errorf("the API server refused the sidecar %s", r)
 		}
 	})
 
