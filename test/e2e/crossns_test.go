@@ -107,10 +107,7 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	if from := s.contentSource(restoredPV.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
 		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
 	}
-	testutil.Eventually(t, 0, "the snapshot kept its source protection after the restore", func(ctx context.Context) (bool, error) {
-		got, err := snaps.SnapshotV1().VolumeSnapshots(srcNS.Name).Get(ctx, snap.Name, metav1.GetOptions{})
-		return err == nil && !slices.Contains(got.Finalizers, provisioner.SnapshotFinalizer), err
-	})
+	waitUnprotected(t, snaps, srcNS.Name, snap.Name, "the snapshot kept its source protection after the restore")
 
 	// The hostpath driver keeps a volume that has snapshots: delete the
 	// snapshot first. The source goes while its clone stays: that clone is

@@ -54,10 +54,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	if from := s.contentSource(pv.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
 		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
 	}
-	testutil.Eventually(t, 0, "the snapshot kept its source protection after the restore", func(ctx context.Context) (bool, error) {
-		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, snap.Name, metav1.GetOptions{})
-		return err == nil && !slices.Contains(got.Finalizers, provisioner.SnapshotFinalizer), err
-	})
+	waitUnprotected(t, snaps, s.ns, snap.Name, "the snapshot kept its source protection after the restore")
 
 	small := s.claim(testutil.NewPVC(s.ns, "too-small").Class(sc.Name).Size("512Mi").DataSource(&group, "VolumeSnapshot", snap.Name))
 	s.waitEvent(s.ns, string(small.UID), corev1.EventTypeWarning, "ProvisioningFailed", "is less than the size "+strconv.FormatInt(size, 10))
@@ -82,10 +79,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, small.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 0, "the sweep left an orphaned source protection", func(ctx context.Context) (bool, error) {
-		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, snap.Name, metav1.GetOptions{})
-		return err == nil && !slices.Contains(got.Finalizers, provisioner.SnapshotFinalizer), err
-	})
+	waitUnprotected(t, snaps, s.ns, snap.Name, "the sweep left an orphaned source protection")
 
 	// The hostpath driver keeps a volume that has snapshots: delete the
 	// snapshot first.
@@ -97,4 +91,14 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	}
 	s.deleteAndWaitGone(restored.Name, pv.Name)
 	s.waitGone(src.Name, srcPV.Name)
+}
+
+// waitUnprotected waits until the snapshot namespace/name has no
+// provisioner.SnapshotFinalizer, failing with msg.
+func waitUnprotected(t *testing.T, snaps snapclient.Interface, namespace, name, msg string) {
+	t.Helper()
+	testutil.Eventually(t, 0, msg, func(ctx context.Context) (bool, error) {
+		got, err := snaps.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && !slices.Contains(got.Finalizers, provisioner.SnapshotFinalizer), err
+	})
 }
