@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 	libmetrics "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller/metrics"
@@ -117,6 +118,13 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if node != nil {
 		provOpts = append(provOpts, provisioner.WithNodeDeployment(*node))
 	}
+	inTree, err := migratedPlugin(ctx, driverName)
+	if err != nil {
+		return err
+	}
+	if inTree != "" {
+		provOpts = append(provOpts, provisioner.WithInTreeMigration(inTree))
+	}
 	grants, err := referenceGrants(ctx, cfg, restCfg, main.Discovery())
 	if err != nil {
 		return err
@@ -129,30 +137,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("create provisioner: %w", err)
 	}
 
-	libMetrics := libmetrics.New("controller")
-	for _, c := range []prometheus.Collector{
-		libMetrics.PersistentVolumeClaimProvisionTotal, libMetrics.PersistentVolumeClaimProvisionFailedTotal,
-		libMetrics.PersistentVolumeClaimProvisionDurationSeconds, libMetrics.PersistentVolumeDeleteTotal,
-		libMetrics.PersistentVolumeDeleteFailedTotal, libMetrics.PersistentVolumeDeleteDurationSeconds,
-	} {
-		srv.libRegistry.MustRegister(c)
-	}
-	rateLimiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax)
-	lib := controller.NewProvisionController(ctx, client, driverName, prov,
-		controller.LeaderElection(false), // leader election is ours, as upstream
-		controller.FailedProvisionThreshold(0),
-		controller.FailedDeleteThreshold(0),
-		controller.RateLimiter(rateLimiter),
-		controller.Threadiness(cfg.WorkerThreads),
-		controller.CreateProvisionedPVLimiter(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		controller.ClaimsInformer(factory.Core().V1().PersistentVolumeClaims().Informer()),
-		controller.VolumesInformer(factory.Core().V1().PersistentVolumes().Informer()),
-		controller.ClassesInformer(factory.Storage().V1().StorageClasses().Informer()),
-		controller.RetryIntervalMax(cfg.RetryIntervalMax),
-		controller.AddFinalizer(true),
-		controller.VolumeName(prov.VolumeName),
-		controller.MetricsInstance(libMetrics),
-	)
+	lib := newProvisionController(ctx, cfg, client, driverName, inTree, prov, factory, srv)
 
 	var bnd *binder.Binder
 	if cfg.EnableBinder {
@@ -164,6 +149,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			binder.WithProvisionCheck(prov),
 			binder.WithUIDNamedVolumes(prov.UIDNamePrefix()),
 			binder.WithMetricsRegistry(srv.kubeRegistry),
+			binder.WithInTreeMigration(inTree),
 		)
 		if err != nil {
 			return fmt.Errorf("create binder: %w", err)
@@ -252,6 +238,57 @@ func nodeDeployment(ctx context.Context, cfg *Config, driver *csiclient.Client) 
 	}
 	klog.FromContext(ctx).Info("Node deployment: provisioning for this node only", "node", nd.NodeName, "nodeID", nd.NodeID, "topology", nd.Topology)
 	return nd, nil
+}
+
+// newProvisionController builds the provisioning library's controller
+// around prov, on the shared informers, with its metrics in srv's library
+// registry. Leader election is ours (as upstream), and failures are retried
+// for ever with the --retry-interval-* backoff. With CSI migration the
+// library also takes the in-tree plugin's PVs as ours (inTree, "" for
+// none).
+func newProvisionController(ctx context.Context, cfg *Config, client kubernetes.Interface, driverName, inTree string, prov *provisioner.Provisioner, factory informers.SharedInformerFactory, srv *httpServer) *controller.ProvisionController {
+	libMetrics := libmetrics.New("controller")
+	for _, c := range []prometheus.Collector{
+		libMetrics.PersistentVolumeClaimProvisionTotal, libMetrics.PersistentVolumeClaimProvisionFailedTotal,
+		libMetrics.PersistentVolumeClaimProvisionDurationSeconds, libMetrics.PersistentVolumeDeleteTotal,
+		libMetrics.PersistentVolumeDeleteFailedTotal, libMetrics.PersistentVolumeDeleteDurationSeconds,
+	} {
+		srv.libRegistry.MustRegister(c)
+	}
+	opts := []func(*controller.ProvisionController) error{
+		controller.LeaderElection(false),
+		controller.FailedProvisionThreshold(0),
+		controller.FailedDeleteThreshold(0),
+		controller.RateLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax)),
+		controller.Threadiness(cfg.WorkerThreads),
+		controller.CreateProvisionedPVLimiter(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		controller.ClaimsInformer(factory.Core().V1().PersistentVolumeClaims().Informer()),
+		controller.VolumesInformer(factory.Core().V1().PersistentVolumes().Informer()),
+		controller.ClassesInformer(factory.Storage().V1().StorageClasses().Informer()),
+		controller.RetryIntervalMax(cfg.RetryIntervalMax),
+		controller.AddFinalizer(true),
+		controller.VolumeName(prov.VolumeName),
+		controller.MetricsInstance(libMetrics),
+	}
+	if inTree != "" {
+		opts = append(opts, controller.AdditionalProvisionerNames([]string{inTree}))
+	}
+	return controller.NewProvisionController(ctx, client, driverName, prov, opts...)
+}
+
+// migratedPlugin returns the in-tree volume plugin whose volumes the driver
+// took over (CSI migration, per csi-translation-lib), "" for none.
+func migratedPlugin(ctx context.Context, driverName string) (string, error) {
+	trans := csitrans.New()
+	if !trans.IsMigratedCSIDriverByName(driverName) {
+		return "", nil
+	}
+	inTree, err := trans.GetInTreeNameFromCSIName(driverName)
+	if err != nil {
+		return "", fmt.Errorf("CSI migration of driver %s: %w", driverName, err)
+	}
+	klog.FromContext(ctx).Info("CSI migration: provisioning for the in-tree plugin's storage classes too", "inTreePlugin", inTree)
+	return inTree, nil
 }
 
 func hasSynced(b *binder.Binder) func() bool {

@@ -253,6 +253,6 @@ func (b *Binder) updateClaimStatusWrite(ctx context.Context, claim *corev1.Persi
 // provisionedFor reports whether pv is the volume this driver provisioned
 // for claim: provisioned by the driver, with the claim's UID in its claimRef.
 func (b *Binder) provisionedFor(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) bool {
-	return pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == b.driver &&
+	return b.ownsProvisioner(pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]) &&
 		pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID
 }

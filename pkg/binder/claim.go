@@ -47,7 +47,7 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	logger := klog.FromContext(ctx)
 	className := storagehelpers.GetPersistentVolumeClaimClass(claim)
 	class := b.classOf(claim)
-	ours := class != nil && class.Provisioner == b.driver
+	ours := b.ownsClass(class)
 
 	// Delayed binding comes from the class alone (only this driver's
 	// classes matter: for another provisioner's class only volumes pre-bound
@@ -106,7 +106,9 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 }
 
 // handToProvisioner sets the storage-provisioner annotations (both keys) to
-// the driver, with the in-flight finalizer in the same write when the
+// the driver (and, for a class of the migrated in-tree plugin,
+// pv.kubernetes.io/migrated-to, as kube-controller-manager does), with the
+// in-flight finalizer in the same write when the
 // provisioning check passes. A claim that stays unbound longer than the
 // provisioning grace gets one ExternalProvisioning event.
 func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (result, error) {
@@ -115,11 +117,16 @@ func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.Persistent
 		logger.V(4).Info("Claim is being deleted, not handing it to the provisioner")
 		return result{}, nil
 	}
+	migrated := class.Provisioner != b.driver // the in-tree plugin's class
 	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != b.driver ||
-		claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != b.driver {
+		claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != b.driver ||
+		(migrated && claim.Annotations[storagehelpers.AnnMigratedTo] != b.driver) {
 		clone := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnStorageProvisioner, b.driver)
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, b.driver)
+		if migrated {
+			metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnMigratedTo, b.driver)
+		}
 		why := "hand to provisioner"
 		if err := b.checkProvision(ctx, claim, class); err != nil {
 			logger.V(2).Info("Handing the claim to the provisioner without the in-flight finalizer", "pvc", klog.KObj(claim), "reason", err.Error())

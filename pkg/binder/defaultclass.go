@@ -58,7 +58,7 @@ func (b *Binder) ourDefaultClassFor(claim *corev1.PersistentVolumeClaim) *storag
 	if storagehelpers.PersistentVolumeClaimHasClass(claim) {
 		return nil
 	}
-	if class := b.defaultClass(); class != nil && class.Provisioner == b.driver {
+	if class := b.defaultClass(); b.ownsClass(class) {
 		return class
 	}
 	return nil

@@ -189,7 +189,7 @@ func (b *Binder) onClaimDelete(obj interface{}) {
 func (b *Binder) onClass(obj interface{}) {
 	if class, ok := unwrap(obj).(*storagev1.StorageClass); ok {
 		b.queuePendingClaims(class.Name)
-		if class.Provisioner == b.driver && isDefaultClass(class) {
+		if b.ownsClass(class) && isDefaultClass(class) {
 			b.queuePendingClaims("")
 		}
 	}

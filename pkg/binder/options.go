@@ -62,6 +62,7 @@ type config struct {
 	grace        time.Duration
 	graceSet     bool
 	namePrefix   string
+	inTree       string
 }
 
 func defaultConfig() config {
@@ -136,3 +137,12 @@ func WithClock(clk clock.WithTicker) Option { return func(c *config) { c.clock =
 func WithProvisioningGrace(d time.Duration) Option {
 	return func(c *config) { c.grace, c.graceSet = d, true }
 }
+
+// WithInTreeMigration makes the binder also serve the StorageClasses and
+// volumes of inTree, the in-tree volume plugin that migrates to this driver
+// (CSI migration, for example kubernetes.io/aws-ebs for ebs.csi.aws.com),
+// as kube-controller-manager's binder does for a migrated plugin: such a
+// claim is handed to the driver with pv.kubernetes.io/migrated-to, and the
+// in-tree volumes of the plugin are bound and reclaimed like the driver's.
+// The provisioner needs the same option.
+func WithInTreeMigration(inTree string) Option { return func(c *config) { c.inTree = inTree } }

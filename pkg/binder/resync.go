@@ -74,7 +74,7 @@ func (b *Binder) claimNeedsWork(claim *corev1.PersistentVolumeClaim) bool {
 			return b.volumeInScope(pv)
 		}
 		class := b.classOf(claim)
-		if class != nil && class.Provisioner != b.driver {
+		if class != nil && !b.ownsClass(class) {
 			return len(b.volumesReferencing(claim)) > 0
 		}
 		return true

@@ -7,13 +7,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+	csitrans "k8s.io/csi-translation-lib"
 )
 
 // Scope. The binder writes only objects in its scope:
 //
 //   - a volume is in scope when spec.csi.driver is the driver, or its
-//     pv.kubernetes.io/provisioned-by annotation names the driver;
-//   - a claim is in scope when its StorageClass's provisioner is the driver,
+//     pv.kubernetes.io/provisioned-by annotation names the driver, or, with
+//     in-tree migration ([WithInTreeMigration]), the in-tree plugin, or its
+//     in-tree volume source is that plugin's;
+//   - a claim is in scope when its StorageClass's provisioner is the driver
+//     (or the migrated in-tree plugin),
 //     when its spec.volumeName names a volume in scope, when a volume in
 //     scope is pre-bound to it (claimRef), or, for a claim without a class
 //     object (class "" or a class that does not exist), when it matches a
@@ -23,12 +27,33 @@ import (
 // The one exception is the ProvisioningFailed event on a claim whose class
 // does not exist: nobody else would report it.
 
-// volumeInScope reports whether pv belongs to the driver.
+// volumeInScope reports whether pv belongs to the driver: a CSI volume of
+// the driver, one provisioned by it or, with in-tree migration, a volume of
+// the migrated in-tree plugin.
 func (b *Binder) volumeInScope(pv *corev1.PersistentVolume) bool {
 	if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == b.driver {
 		return true
 	}
-	return pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == b.driver
+	if b.ownsProvisioner(pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]) {
+		return true
+	}
+	if b.cfg.inTree == "" || pv.Spec.CSI != nil {
+		return false
+	}
+	plugin, err := csitrans.New().GetInTreePluginNameFromSpec(pv, nil)
+	return err == nil && plugin == b.cfg.inTree
+}
+
+// ownsProvisioner reports whether a provisioner name is the driver's, or,
+// with in-tree migration, its in-tree plugin's.
+func (b *Binder) ownsProvisioner(name string) bool {
+	return name == b.driver || (b.cfg.inTree != "" && name == b.cfg.inTree)
+}
+
+// ownsClass reports whether class (nil for none) names the driver, or the
+// in-tree plugin it migrates, as provisioner.
+func (b *Binder) ownsClass(class *storagev1.StorageClass) bool {
+	return class != nil && b.ownsProvisioner(class.Provisioner)
 }
 
 // classOf returns the claim's class object, or nil when the claim has class
@@ -48,8 +73,7 @@ func (b *Binder) classOf(claim *corev1.PersistentVolumeClaim) *storagev1.Storage
 // classIsOurs reports whether the claim's class exists and names the driver
 // as provisioner.
 func (b *Binder) classIsOurs(claim *corev1.PersistentVolumeClaim) bool {
-	class := b.classOf(claim)
-	return class != nil && class.Provisioner == b.driver
+	return b.ownsClass(b.classOf(claim))
 }
 
 // getClaim returns the newest known copy of a claim, or nil. Never modify it.

@@ -36,10 +36,14 @@ import (
 //     VolumeFailedDelete and retries. Deleting a volume that no longer
 //     exists succeeds (CSI), so Delete is idempotent.
 func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
-	if pv == nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+	source, err := p.csiVolume(klog.FromContext(ctx), pv)
+	if err != nil {
+		return err
+	}
+	if source == nil {
 		return &controller.IgnoredError{Reason: fmt.Sprintf("the volume is not a CSI volume of driver %s", p.name)}
 	}
-	logger := klog.FromContext(ctx).WithValues("pv", klog.KObj(pv), "volumeID", pv.Spec.CSI.VolumeHandle)
+	logger := klog.FromContext(ctx).WithValues("pv", klog.KObj(pv), "volumeID", source.VolumeHandle)
 	ctx = klog.NewContext(ctx, logger)
 	start := time.Now()
 	if p.node != nil {
@@ -58,7 +62,7 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	if err != nil {
 		return err
 	}
-	err = p.driver.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: secrets})
+	err = p.driver.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: source.VolumeHandle, Secrets: secrets})
 	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))
 	return err
 }

@@ -116,7 +116,7 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 	logger = logger.WithValues("pvc", klog.KObj(claim))
 	deleting, bound := claim.DeletionTimestamp != nil, claim.Spec.VolumeName != ""
 
-	if pv := p.provisionedVolume(claim); pv != nil {
+	if pv := p.provisionedVolume(logger, claim); pv != nil {
 		if !bound && !deleting && p.cfg.binderEnabled {
 			logger.V(5).Info("Leaving the in-flight finalizer to the binder", "pv", pv.Name)
 			return nil
@@ -148,13 +148,18 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 }
 
 // provisionedVolume returns the PV that records the volume provisioned for
-// claim, nil if there is none in the informer.
-func (p *Provisioner) provisionedVolume(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+// claim (a CSI volume of the driver, or an in-tree one of the migrated
+// plugin), nil if there is none in the informer.
+func (p *Provisioner) provisionedVolume(logger klog.Logger, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	for _, pv := range p.volumes.Volumes(claim.Namespace, claim.Name, claim.UID) {
-		if pv.Spec.ClaimRef.UID != claim.UID || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+		if pv.Spec.ClaimRef.UID != claim.UID {
 			continue
 		}
-		if pv.Name == p.VolumeName(claim) || pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == p.name {
+		if src, err := p.csiVolume(logger, pv); err != nil || src == nil {
+			continue
+		}
+		by := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]
+		if pv.Name == p.VolumeName(claim) || by == p.name || (p.cfg.inTree != "" && by == p.cfg.inTree) {
 			return pv
 		}
 	}

@@ -168,7 +168,7 @@ func (p *Provisioner) nodeShouldProvision(ctx context.Context, claim *corev1.Per
 	case err != nil:
 		logger.V(4).Info("Not taking a claim without a selected node: its class cannot be read", "class", className, "err", err)
 		return false
-	case class.Provisioner != p.name:
+	case !p.ownsClass(class):
 		logger.V(4).Info("Not taking a claim without a selected node: its class names another provisioner", "class", className, "provisioner", class.Provisioner)
 		return false
 	case lateBinding(class):

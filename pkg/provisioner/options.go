@@ -66,6 +66,9 @@ type config struct {
 	// grants is set by WithReferenceGrants; nil refuses sources in other
 	// namespaces.
 	grants ReferenceGrants
+	// inTree is the migrated in-tree plugin (WithInTreeMigration), "" for
+	// none.
+	inTree string
 }
 
 func defaultConfig() config {

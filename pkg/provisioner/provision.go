@@ -137,6 +137,15 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, state, err
 	}
 
+	return p.recordVolume(ctx, claim, pl, vol, start)
+}
+
+// recordVolume returns the PV of a created volume, after checking its
+// capacity (a volume smaller than requested is deleted again, see tooSmall)
+// and, for a class of the migrated in-tree plugin, translating it back to
+// the in-tree source.
+func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	logger := klog.FromContext(ctx)
 	requested := pl.req.GetCapacityRange().GetRequiredBytes()
 	capacity := vol.GetCapacityBytes()
 	switch {
@@ -148,7 +157,16 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return p.tooSmall(ctx, claim, pl, vol, requested)
 	}
 
-	pv := p.persistentVolume(claim, class, pl, vol, capacity)
+	pv := p.persistentVolume(claim, pl.class, pl, vol, capacity)
+	if pl.migrated {
+		var err error
+		// Pure translation of a PV built here; should it ever fail, the
+		// claim keeps its in-flight finalizer and the identical request is
+		// retried, so the volume is never lost.
+		if pv, err = inTreeVolume(pv); err != nil {
+			return nil, controller.ProvisioningInBackground, err
+		}
+	}
 	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)
 	p.attempts.forget(claim.UID)

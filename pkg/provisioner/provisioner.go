@@ -247,7 +247,7 @@ func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.Persist
 		return true
 	case err != nil:
 		return true // the library reports its own lookup error
-	case class.Provisioner != p.name:
+	case !p.ownsClass(class):
 		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed,
 			fmt.Sprintf("the claim is annotated for %s but its storageclass %q names provisioner %q", p.name, className, class.Provisioner))
 		return false

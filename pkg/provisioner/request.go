@@ -50,6 +50,11 @@ type plan struct {
 	// sourceNamespace is the namespace of cloneOf or snapshot: the claim's,
 	// or another one under the CrossNamespaceVolumeDataSource feature.
 	sourceNamespace string
+	// class is the class the request was built from: the claim's, or its
+	// translation to CSI when migrated (a class of the migrated in-tree
+	// plugin, see WithInTreeMigration).
+	class    *storagev1.StorageClass
+	migrated bool
 }
 
 // prepare validates claim and class and builds the CreateVolume request for
@@ -64,11 +69,16 @@ type plan struct {
 // secrets, the VolumeAttributesClass lookup, topology lookups);
 // ProvisioningReschedule when the selected Node or its CSINode does not
 // exist. A data source of another kind gives an *controller.IgnoredError
-// (an external populator provisions the claim).
+// (an external populator provisions the claim). A class of the migrated
+// in-tree plugin is translated first (plan.class).
 func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, selected string, check bool) (*plan, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	if class == nil {
 		return nil, controller.ProvisioningFinished, errors.New("storage class was nil")
+	}
+	class, migrated, err := p.csiClass(logger, class)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
 	}
 	source, err := p.checkDataSource(claim, check)
 	if err != nil {
@@ -122,7 +132,10 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		return nil, controller.ProvisioningNoChange, err
 	}
 
-	pl := &plan{fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf, snapshot: snapshot, sourceNamespace: source.namespace}
+	pl := &plan{
+		fsType: fsType, refs: refs, vacName: vacName, cloneOf: cloneOf, snapshot: snapshot, sourceNamespace: source.namespace,
+		class: class, migrated: migrated,
+	}
 	requirement, cached := p.topologies.get(claim.UID)
 	if cached {
 		pl.topologyCached = true

@@ -55,6 +55,8 @@ type stackConfig struct {
 	sidecarEnv func(*stack) []string
 	memory     bool
 	topology   bool
+	// driverName replaces the driver's name, <test>.csi.kube-storage.io.
+	driverName string
 	// beforeSidecar runs after the namespace and the driver exist, before
 	// the sidecar starts.
 	beforeSidecar func(*stack)
@@ -80,8 +82,12 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 		t.Fatal(err)
 	}
 	s.ns = ns.Name
+	driverName := base + ".csi.kube-storage.io"
+	if cfg.driverName != "" {
+		driverName = cfg.driverName
+	}
 	s.driver, err = e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{
-		Dir: s.dir, Name: base + ".csi.kube-storage.io", Memory: cfg.memory, Topology: cfg.topology, Args: cfg.driverArgs,
+		Dir: s.dir, Name: driverName, Memory: cfg.memory, Topology: cfg.topology, Args: cfg.driverArgs,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,138 @@
+package provisioner
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+)
+
+// The driver under test is the migration target of an in-tree plugin.
+const (
+	ebsDriver = "ebs.csi.aws.com"
+	ebsInTree = "kubernetes.io/aws-ebs"
+)
+
+func ebsCaps() csiclient.Capabilities {
+	c := baseCaps()
+	c.DriverName = ebsDriver
+	return c
+}
+
+// ebsClaim is a claim of the in-tree class "gp2", annotated for the driver
+// as the binder hands it over.
+func ebsClaim(name string) *testutil.PVCBuilder {
+	return testutil.NewPVC(testNS, name).UID("uid-"+name).Class("gp2").
+		Annotation(storagehelpers.AnnStorageProvisioner, ebsDriver).
+		Annotation(storagehelpers.AnnMigratedTo, ebsDriver)
+}
+
+func TestMigrationProvision(t *testing.T) {
+	claim := ebsClaim("c").Obj()
+	class := testutil.NewSC("gp2", ebsInTree).Param("type", "gp2").Param("fsType", "xfs").Obj()
+	h := newHarness(t, ebsCaps(), objs(claim, class), WithInTreeMigration(ebsInTree))
+	if !h.p.ShouldProvision(h.ctx, claim) {
+		t.Fatalf("ShouldProvision = false for a claim of the migrated plugin's class; events %v", h.events())
+	}
+	if err := h.p.CheckProvision(h.ctx, claim, class); err != nil {
+		t.Errorf("CheckProvision: %v", err)
+	}
+	pv, state, err := h.provision(claim, class)
+	if err != nil || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision = %v, %v", state, err)
+	}
+	creates := h.driver.createCalls()
+	if len(creates) != 1 {
+		t.Fatalf("%d CreateVolume calls", len(creates))
+	}
+	req := creates[0]
+	if got := req.GetParameters(); len(got) != 1 || got["type"] != "gp2" {
+		t.Errorf("CreateVolume parameters %v, want the translated class's: type=gp2 only", got)
+	}
+	if fs := req.GetVolumeCapabilities()[0].GetMount().GetFsType(); fs != "xfs" {
+		t.Errorf("CreateVolume fsType %q, want the in-tree class's xfs", fs)
+	}
+	ebs := pv.Spec.AWSElasticBlockStore
+	if pv.Spec.CSI != nil || ebs == nil || ebs.VolumeID != "id-"+req.GetName() || ebs.FSType != "xfs" {
+		t.Errorf("PV source CSI %+v, awsElasticBlockStore %+v; want only the in-tree source with the volume's ID and fsType xfs", pv.Spec.CSI, ebs)
+	}
+	if src, err := h.p.csiVolume(klog.FromContext(h.ctx), pv); err != nil || src == nil || src.VolumeHandle != "id-"+req.GetName() {
+		t.Errorf("the provisioned PV translates back to %+v, %v", src, err)
+	}
+}
+
+func TestMigrationOff(t *testing.T) {
+	claim := ebsClaim("c").Obj()
+	class := testutil.NewSC("gp2", ebsInTree).Obj()
+	h := newHarness(t, ebsCaps(), objs(claim, class))
+	if h.p.ShouldProvision(h.ctx, claim) {
+		t.Error("ShouldProvision = true for an in-tree class without migration")
+	}
+	if ev := h.events(); len(ev) != 1 || !strings.Contains(ev[0], `names provisioner "kubernetes.io/aws-ebs"`) {
+		t.Errorf("events %v, want one Warning naming the in-tree provisioner", ev)
+	}
+}
+
+func TestMigrationDelete(t *testing.T) {
+	inTree := func() *corev1.PersistentVolume {
+		pv := testutil.NewPV("pv-ebs", ebsDriver).NotCSI().Annotation(storagehelpers.AnnDynamicallyProvisioned, ebsInTree).Obj()
+		pv.Spec.AWSElasticBlockStore = &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0123456789abcdef0"}
+		return pv
+	}
+	gce := testutil.NewPV("pv-gce", ebsDriver).NotCSI().Obj()
+	gce.Spec.GCEPersistentDisk = &corev1.GCEPersistentDiskVolumeSource{PDName: "disk"}
+	for _, tt := range []struct {
+		name      string
+		pv        *corev1.PersistentVolume
+		migration bool
+		wantID    string // "" for an ignored volume
+	}{
+		{"in-tree volume of the migrated plugin", inTree(), true, "vol-0123456789abcdef0"},
+		{"the same without migration", inTree(), false, ""},
+		{"in-tree volume of another plugin", gce, true, ""},
+		{"CSI volume of the driver", testutil.NewPV("pv-csi", ebsDriver).Obj(), true, "handle-pv-csi"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []Option
+			if tt.migration {
+				opts = append(opts, WithInTreeMigration(ebsInTree))
+			}
+			h := newHarness(t, ebsCaps(), objs(tt.pv), opts...)
+			err := h.p.Delete(h.ctx, tt.pv)
+			deletes := h.driver.deleteCalls()
+			if tt.wantID == "" {
+				if !isIgnored(err) || len(deletes) != 0 {
+					t.Errorf("Delete = %v with %d DeleteVolume calls, want an ignored volume", err, len(deletes))
+				}
+				return
+			}
+			if err != nil || len(deletes) != 1 || deletes[0].GetVolumeId() != tt.wantID {
+				t.Errorf("Delete = %v, DeleteVolume calls %v; want one of %s", err, deletes, tt.wantID)
+			}
+		})
+	}
+}
+
+// TestMigrationGuard: the in-flight guard recognizes the in-tree PV of a
+// migrated claim as the record of its volume.
+func TestMigrationGuard(t *testing.T) {
+	claim := ebsClaim("c").Obj()
+	pv := testutil.NewPV("pv-ebs", ebsDriver).NotCSI().BoundTo(claim).Annotation(storagehelpers.AnnDynamicallyProvisioned, ebsInTree).Obj()
+	pv.Spec.AWSElasticBlockStore = &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-0123456789abcdef0"}
+	for _, migration := range []bool{true, false} {
+		var opts []Option
+		if migration {
+			opts = append(opts, WithInTreeMigration(ebsInTree))
+		}
+		h := newHarness(t, ebsCaps(), objs(claim, pv), opts...)
+		if got := h.p.provisionedVolume(klog.FromContext(h.ctx), claim) != nil; got != migration {
+			t.Errorf("migration %v: the guard finds the in-tree PV: %v", migration, got)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// TestInTreeMigration: the hostpath driver under the name ebs.csi.aws.com,
+// the CSI migration target of the in-tree plugin kubernetes.io/aws-ebs.
+// A claim of a StorageClass of that plugin is handed to the driver with
+// pv.kubernetes.io/migrated-to, provisioned from the translated class and
+// bound to a PV with the in-tree awsElasticBlockStore source naming the
+// driver's volume; deleting the claim deletes the volume through that
+// in-tree PV.
+func TestInTreeMigration(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, driverName: "ebs.csi.aws.com"})
+	sc := testutil.NewSC(s.className+"-gp2", "kubernetes.io/aws-ebs").Param("type", "gp2").Param("fsType", "xfs").Obj()
+	testutil.CreateClass(t, s.c, sc)
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi"))
+	bound, pv := s.waitBound(claim.Name)
+	if got := bound.Annotations[storagehelpers.AnnMigratedTo]; got != s.driver.Name {
+		t.Errorf("claim annotation %s = %q, want %s", storagehelpers.AnnMigratedTo, got, s.driver.Name)
+	}
+	if got := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]; got != sc.Provisioner {
+		t.Errorf("PV provisioned-by = %q, want the class's %s", got, sc.Provisioner)
+	}
+	ebs := pv.Spec.AWSElasticBlockStore
+	if pv.Spec.CSI != nil || ebs == nil || ebs.FSType != "xfs" {
+		t.Fatalf("PV source CSI %+v, awsElasticBlockStore %+v; want the in-tree source with fsType xfs", pv.Spec.CSI, ebs)
+	}
+	vols, err := s.driver.ListVolumes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(vols, func(v *csi.Volume) bool { return v.GetVolumeId() == ebs.VolumeID }) {
+		t.Errorf("the in-tree PV names volume %q, which the driver does not have (%d volumes)", ebs.VolumeID, len(vols))
+	}
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+		t.Errorf("reclaim policy %s", pv.Spec.PersistentVolumeReclaimPolicy)
+	}
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
