@@ -106,9 +106,9 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 }
 
 // handToProvisioner sets the storage-provisioner annotations (both keys) to
-// the driver (and, for a class of the migrated in-tree plugin,
-// pv.kubernetes.io/migrated-to, as kube-controller-manager does), with the
-// in-flight finalizer in the same write when the
+// the driver (also for a class of the migrated in-tree plugin, as
+// kube-controller-manager v1.37 does, without pv.kubernetes.io/migrated-to
+// on the claim), with the in-flight finalizer in the same write when the
 // provisioning check passes. A claim that stays unbound longer than the
 // provisioning grace gets one ExternalProvisioning event.
 func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (result, error) {
@@ -117,16 +117,11 @@ func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.Persistent
 		logger.V(4).Info("Claim is being deleted, not handing it to the provisioner")
 		return result{}, nil
 	}
-	migrated := class.Provisioner != b.driver // the in-tree plugin's class
 	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != b.driver ||
-		claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != b.driver ||
-		(migrated && claim.Annotations[storagehelpers.AnnMigratedTo] != b.driver) {
+		claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != b.driver {
 		clone := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnStorageProvisioner, b.driver)
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, b.driver)
-		if migrated {
-			metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnMigratedTo, b.driver)
-		}
 		why := "hand to provisioner"
 		if err := b.checkProvision(ctx, claim, class); err != nil {
 			logger.V(2).Info("Handing the claim to the provisioner without the in-flight finalizer", "pvc", klog.KObj(claim), "reason", err.Error())

@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
@@ -26,19 +24,14 @@ func ebsVolume(name string) *corev1.PersistentVolume {
 func TestInTreeMigration(t *testing.T) {
 	gp2 := testutil.NewSC("gp2", inTreeEBS).Obj()
 	c1 := claimB("c1").Class("gp2").Obj()
-	migrated := func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
-		c = handedOver(c, true)
-		metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnMigratedTo, driver)
-		return c
-	}
 	static := ebsVolume("pv1")
 	boundC1, boundPV1 := boundPair(c1, static)
 	migration := []Option{WithInTreeMigration(inTreeEBS)}
 	runSyncCases(t, []syncCase{
 		{
-			name: "a claim of the in-tree class is handed to the driver with migrated-to", opts: migration,
+			name: "a claim of the in-tree class is handed to the driver", opts: migration,
 			objects: objs(gp2, c1), sync: "pvc/c1",
-			claims: []*corev1.PersistentVolumeClaim{migrated(c1)}, actions: []string{"update pvc/c1"},
+			claims: []*corev1.PersistentVolumeClaim{handedOver(c1, true)}, actions: []string{"update pvc/c1"},
 			requeueAfter: 29 * time.Second,
 		},
 		{

@@ -142,7 +142,7 @@ func WithProvisioningGrace(d time.Duration) Option {
 // volumes of inTree, the in-tree volume plugin that migrates to this driver
 // (CSI migration, for example kubernetes.io/aws-ebs for ebs.csi.aws.com),
 // as kube-controller-manager's binder does for a migrated plugin: such a
-// claim is handed to the driver with pv.kubernetes.io/migrated-to, and the
-// in-tree volumes of the plugin are bound and reclaimed like the driver's.
+// claim is handed to the driver, and the in-tree volumes of the plugin are
+// bound and reclaimed like the driver's.
 // The provisioner needs the same option.
 func WithInTreeMigration(inTree string) Option { return func(c *config) { c.inTree = inTree } }

@@ -29,8 +29,7 @@ func ebsCaps() csiclient.Capabilities {
 // as the binder hands it over.
 func ebsClaim(name string) *testutil.PVCBuilder {
 	return testutil.NewPVC(testNS, name).UID("uid-"+name).Class("gp2").
-		Annotation(storagehelpers.AnnStorageProvisioner, ebsDriver).
-		Annotation(storagehelpers.AnnMigratedTo, ebsDriver)
+		Annotation(storagehelpers.AnnStorageProvisioner, ebsDriver)
 }
 
 func TestMigrationProvision(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 
 // TestInTreeMigration: the hostpath driver under the name ebs.csi.aws.com,
 // the CSI migration target of the in-tree plugin kubernetes.io/aws-ebs.
-// A claim of a StorageClass of that plugin is handed to the driver with
-// pv.kubernetes.io/migrated-to, provisioned from the translated class and
+// A claim of a StorageClass of that plugin is handed to the driver,
+// provisioned from the translated class and
 // bound to a PV with the in-tree awsElasticBlockStore source naming the
 // driver's volume; deleting the claim deletes the volume through that
 // in-tree PV.
@@ -24,8 +24,8 @@ func TestInTreeMigration(t *testing.T) {
 	testutil.CreateClass(t, s.c, sc)
 	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi"))
 	bound, pv := s.waitBound(claim.Name)
-	if got := bound.Annotations[storagehelpers.AnnMigratedTo]; got != s.driver.Name {
-		t.Errorf("claim annotation %s = %q, want %s", storagehelpers.AnnMigratedTo, got, s.driver.Name)
+	if got := bound.Annotations[storagehelpers.AnnStorageProvisioner]; got != s.driver.Name {
+		t.Errorf("claim annotation %s = %q, want %s", storagehelpers.AnnStorageProvisioner, got, s.driver.Name)
 	}
 	if got := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]; got != sc.Provisioner {
 		t.Errorf("PV provisioned-by = %q, want the class's %s", got, sc.Provisioner)
