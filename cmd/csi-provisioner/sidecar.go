@@ -68,28 +68,18 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	go writer.Run(ctx)
 	client := newEventSplitClient(main, eventClient, writer)
 
-	mm := metrics.NewCSIMetricsManagerWithOptions("",
-		metrics.WithProcessStartTime(false),
-		metrics.WithSubsystem(metrics.SubsystemSidecar))
 	health := newHealth()
 	srv, err := startHTTP(ctx, cfg, health)
 	if err != nil {
 		return err
 	}
 
-	driver, err := csiclient.Connect(ctx, cfg.CSIAddress,
-		csiclient.WithCallTimeout(cfg.Timeout),
-		csiclient.WithConnectTimeout(cfg.CSIConnectTimeout),
-		csiclient.WithMetrics(mm))
+	driver, mm, inTree, err := connectDriver(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = driver.Close() }()
-	caps := driver.Capabilities()
-	if !caps.ControllerService || !caps.CreateDeleteVolume {
-		return fmt.Errorf("CSI driver %q at %q does not provision volumes: it lacks the CONTROLLER_SERVICE plugin capability or the CREATE_DELETE_VOLUME controller capability", caps.DriverName, cfg.CSIAddress)
-	}
-	driverName := caps.DriverName
+	driverName := driver.Capabilities().DriverName
 	health.add("csi-driver", func(ctx context.Context) error { return driver.Probe(ctx) })
 	node, err := nodeDeployment(ctx, cfg, driver)
 	if err != nil {
@@ -117,10 +107,6 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 	if node != nil {
 		provOpts = append(provOpts, provisioner.WithNodeDeployment(*node))
-	}
-	inTree, err := migratedPlugin(ctx, driverName)
-	if err != nil {
-		return err
 	}
 	if inTree != "" {
 		provOpts = append(provOpts, provisioner.WithInTreeMigration(inTree))
@@ -276,19 +262,48 @@ func newProvisionController(ctx context.Context, cfg *Config, client kubernetes.
 	return controller.NewProvisionController(ctx, client, driverName, prov, opts...)
 }
 
-// migratedPlugin returns the in-tree volume plugin whose volumes the driver
-// took over (CSI migration, per csi-translation-lib), "" for none.
-func migratedPlugin(ctx context.Context, driverName string) (string, error) {
-	trans := csitrans.New()
-	if !trans.IsMigratedCSIDriverByName(driverName) {
-		return "", nil
+// connectDriver connects to the driver, checks that it provisions volumes,
+// and returns it with the metrics manager of its calls and the in-tree
+// volume plugin whose volumes it took over (CSI migration, per
+// csi-translation-lib; "" for none). For such a driver it connects again
+// with a manager that has upstream's "migrated" label, as upstream does:
+// the driver's name is known only once connected.
+func connectDriver(ctx context.Context, cfg *Config) (*csiclient.Client, metrics.CSIMetricsManager, string, error) {
+	connect := func(migration bool) (*csiclient.Client, metrics.CSIMetricsManager, error) {
+		opts := []metrics.MetricsManagerOption{metrics.WithProcessStartTime(false), metrics.WithSubsystem(metrics.SubsystemSidecar)}
+		if migration {
+			opts = append(opts, metrics.WithMigration())
+		}
+		mm := metrics.NewCSIMetricsManagerWithOptions("", opts...)
+		driver, err := csiclient.Connect(ctx, cfg.CSIAddress,
+			csiclient.WithCallTimeout(cfg.Timeout),
+			csiclient.WithConnectTimeout(cfg.CSIConnectTimeout),
+			csiclient.WithMetrics(mm))
+		return driver, mm, err
 	}
-	inTree, err := trans.GetInTreeNameFromCSIName(driverName)
+	driver, mm, err := connect(false)
 	if err != nil {
-		return "", fmt.Errorf("CSI migration of driver %s: %w", driverName, err)
+		return nil, nil, "", err
+	}
+	caps := driver.Capabilities()
+	if !caps.ControllerService || !caps.CreateDeleteVolume {
+		_ = driver.Close()
+		return nil, nil, "", fmt.Errorf("CSI driver %q at %q does not provision volumes: it lacks the CONTROLLER_SERVICE plugin capability or the CREATE_DELETE_VOLUME controller capability", caps.DriverName, cfg.CSIAddress)
+	}
+	trans := csitrans.New()
+	if !trans.IsMigratedCSIDriverByName(caps.DriverName) {
+		return driver, mm, "", nil
+	}
+	inTree, err := trans.GetInTreeNameFromCSIName(caps.DriverName)
+	_ = driver.Close()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("CSI migration of driver %s: %w", caps.DriverName, err)
 	}
 	klog.FromContext(ctx).Info("CSI migration: provisioning for the in-tree plugin's storage classes too", "inTreePlugin", inTree)
-	return inTree, nil
+	if driver, mm, err = connect(true); err != nil {
+		return nil, nil, "", err
+	}
+	return driver, mm, inTree, nil
 }
 
 func hasSynced(b *binder.Binder) func() bool {

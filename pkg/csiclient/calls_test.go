@@ -578,3 +578,28 @@ func TestConnectionLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsMigrated: with a metrics manager that has the migrated label,
+// calls made with WithMigrated are recorded with migrated="true", the others
+// with "false".
+func TestMetricsMigrated(t *testing.T) {
+	ctx := t.Context()
+	mm := metrics.NewCSIMetricsManagerWithOptions("", metrics.WithSubsystem(metrics.SubsystemSidecar), metrics.WithMigration())
+	d := startDriver(t)
+	d.expectConnect()
+	d.controller.EXPECT().DeleteVolume(gomock.Any(), gomock.Any()).Return(&csi.DeleteVolumeResponse{}, nil).Times(3)
+	c := d.connect(ctx, t, csiclient.WithMetrics(mm))
+	for _, callCtx := range []context.Context{csiclient.WithMigrated(ctx), csiclient.WithMigrated(ctx), ctx} {
+		if err := c.DeleteVolume(callCtx, &csi.DeleteVolumeRequest{VolumeId: "vol-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for migrated, want := range map[string]uint64{"true": 2, "false": 1} {
+		labels := map[string]string{
+			"driver_name": testDriverName, "method_name": "/csi.v1.Controller/DeleteVolume", "grpc_status_code": "OK", "migrated": migrated,
+		}
+		if got := histogramCount(t, mm, "csi_sidecar_operations_seconds", labels); got != want {
+			t.Errorf("csi_sidecar_operations_seconds%v has %d samples, want %d", labels, got, want)
+		}
+	}
+}

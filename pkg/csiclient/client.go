@@ -56,6 +56,14 @@ func WithProbeTimeout(d time.Duration) Option { return func(o *options) { o.prob
 // (csi-lib-utils metrics). Connect sets m's driver name.
 func WithMetrics(m metrics.CSIMetricsManager) Option { return func(o *options) { o.metrics = m } }
 
+// WithMigrated marks the calls made with the returned context as CSI
+// migration operations (a volume of an in-tree plugin): a metrics manager
+// built with metrics.WithMigration records them with migrated="true", and
+// other calls with "false", as upstream.
+func WithMigrated(ctx context.Context) context.Context {
+	return context.WithValue(ctx, connection.AdditionalInfoKey, connection.AdditionalInfo{Migrated: "true"})
+}
+
 // WithOnConnectionLoss replaces what happens when an established connection
 // drops. The default, as upstream, exits the process with "Lost connection
 // to CSI driver, exiting" written to /dev/termination-log, so the pod

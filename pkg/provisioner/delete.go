@@ -14,6 +14,8 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
 
 // Delete deletes the volume behind pv with DeleteVolume; the library then
@@ -61,6 +63,9 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	secrets, err := p.deletionSecrets(ctx, pv)
 	if err != nil {
 		return err
+	}
+	if pv.Spec.CSI == nil {
+		ctx = csiclient.WithMigrated(ctx) // an in-tree volume, for the call metrics
 	}
 	err = p.driver.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: source.VolumeHandle, Secrets: secrets})
 	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))

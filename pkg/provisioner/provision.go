@@ -127,6 +127,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		p.topologies.put(claim.UID, pl.req.GetAccessibilityRequirements())
 	}
 
+	if pl.migrated {
+		ctx = csiclient.WithMigrated(ctx) // for the call metrics
+	}
 	vol, err := p.driver.CreateVolume(ctx, pl.req)
 	if err != nil {
 		state, err := p.createFailed(ctx, claim, opts.SelectedNodeName, err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -17,9 +18,10 @@ import (
 // provisioned from the translated class and
 // bound to a PV with the in-tree awsElasticBlockStore source naming the
 // driver's volume; deleting the claim deletes the volume through that
-// in-tree PV.
+// in-tree PV; the CSI calls' metrics say migrated="true".
 func TestInTreeMigration(t *testing.T) {
-	s := newStack(t, stackConfig{memory: true, driverName: "ebs.csi.aws.com"})
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{memory: true, driverName: "ebs.csi.aws.com", sidecarArgs: []string{"--http-endpoint=" + endpoint}})
 	sc := testutil.NewSC(s.className+"-gp2", "kubernetes.io/aws-ebs").Param("type", "gp2").Param("fsType", "xfs").Obj()
 	testutil.CreateClass(t, s.c, sc)
 	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi"))
@@ -45,4 +47,8 @@ func TestInTreeMigration(t *testing.T) {
 		t.Errorf("reclaim policy %s", pv.Spec.PersistentVolumeReclaimPolicy)
 	}
 	s.deleteAndWaitGone(claim.Name, pv.Name)
+	// The CSI calls of the in-tree volume carry upstream's migrated label.
+	for _, method := range []string{"CreateVolume", "DeleteVolume"} {
+		waitMetrics(t, endpoint, []string{`csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/` + method + `",migrated="true"} 1`})
+	}
 }
