@@ -47,8 +47,9 @@ func TestInTreeMigration(t *testing.T) {
 		t.Errorf("reclaim policy %s", pv.Spec.PersistentVolumeReclaimPolicy)
 	}
 	s.deleteAndWaitGone(claim.Name, pv.Name)
-	// The CSI calls of the in-tree volume carry upstream's migrated label.
+	// The CSI calls of the in-tree volume carry upstream's migrated label
+	// (a call may have been retried: any count).
 	for _, method := range []string{"CreateVolume", "DeleteVolume"} {
-		waitMetrics(t, endpoint, []string{`csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/` + method + `",migrated="true"} 1`})
+		waitMetrics(t, endpoint, []string{`csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/` + method + `",migrated="true"} `})
 	}
 }
