@@ -84,14 +84,21 @@ func (p *Provisioner) cloneContentSource(ctx context.Context, claim *corev1.Pers
 		return nil, fmt.Errorf("volume name is empty in source PVC %s", src.Name)
 	}
 	pv, err := p.client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
+	var volume *corev1.CSIPersistentVolumeSource
+	if err == nil {
+		volume = pv.Spec.CSI
+		if volume == nil { // an in-tree volume of the migrated plugin
+			volume, _ = p.csiVolume(logger, pv)
+		}
+	}
 	var why string
 	switch {
 	case err != nil:
 		why = err.Error()
-	case pv.Spec.CSI == nil:
+	case volume == nil:
 		why = "not a CSI volume"
-	case pv.Spec.CSI.Driver != class.Provisioner:
-		why = fmt.Sprintf("handled by driver %s, not by %s of class %s", pv.Spec.CSI.Driver, class.Provisioner, class.Name)
+	case volume.Driver != class.Provisioner:
+		why = fmt.Sprintf("handled by driver %s, not by %s of class %s", volume.Driver, class.Provisioner, class.Name)
 	case pv.Spec.ClaimRef == nil:
 		why = "not bound"
 	case pv.Spec.ClaimRef.UID != src.UID || pv.Spec.ClaimRef.Namespace != src.Namespace || pv.Spec.ClaimRef.Name != src.Name:
@@ -112,7 +119,7 @@ func (p *Provisioner) cloneContentSource(ctx context.Context, claim *corev1.Pers
 		return nil, errors.New("the source PVC and destination PVCs must have the same volume mode for cloning.  Source is Filesystem, but new PVC requested Block")
 	}
 	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
-		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: pv.Spec.CSI.VolumeHandle},
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: volume.VolumeHandle},
 	}}, nil
 }
 

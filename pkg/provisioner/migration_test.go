@@ -135,3 +135,22 @@ func TestMigrationGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationClone: a claim of the in-tree class clones a claim bound to
+// an in-tree volume of the plugin from that volume's ID.
+func TestMigrationClone(t *testing.T) {
+	src := ebsClaim("src").VolumeName("pv-src").Phase(corev1.ClaimBound).Obj()
+	pv := testutil.NewPV("pv-src", ebsDriver).NotCSI().BoundTo(src).Phase(corev1.VolumeBound).Obj()
+	pv.Spec.AWSElasticBlockStore = &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-0123456789abcdef0"}
+	clone := ebsClaim("clone").DataSource(nil, kindClaim, "src").Obj()
+	class := testutil.NewSC("gp2", ebsInTree).Obj()
+	caps := ebsCaps()
+	caps.CloneVolume = true
+	h := newHarness(t, caps, objs(src, pv, clone, class), WithInTreeMigration(ebsInTree))
+	if _, _, err := h.provision(clone, class); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if got := h.driver.createCalls()[0].GetVolumeContentSource().GetVolume().GetVolumeId(); got != "vol-0123456789abcdef0" {
+		t.Errorf("cloned from %q, want the in-tree volume's ID", got)
+	}
+}
