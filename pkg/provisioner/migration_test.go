@@ -61,6 +61,9 @@ func TestMigrationProvision(t *testing.T) {
 	if pv.Spec.CSI != nil || ebs == nil || ebs.VolumeID != "id-"+req.GetName() || ebs.FSType != "xfs" {
 		t.Errorf("PV source CSI %+v, awsElasticBlockStore %+v; want only the in-tree source with the volume's ID and fsType xfs", pv.Spec.CSI, ebs)
 	}
+	if got := pv.Annotations[storagehelpers.AnnMigratedTo]; got != ebsDriver {
+		t.Errorf("PV %s = %q, want %s", storagehelpers.AnnMigratedTo, got, ebsDriver)
+	}
 	if src, err := h.p.csiVolume(klog.FromContext(h.ctx), pv); err != nil || src == nil || src.VolumeHandle != "id-"+req.GetName() {
 		t.Errorf("the provisioned PV translates back to %+v, %v", src, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -169,6 +171,9 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 		if pv, err = inTreeVolume(pv); err != nil {
 			return nil, controller.ProvisioningInBackground, err
 		}
+		// kube-controller-manager's PV controller adds it with an update;
+		// set at creation it costs no write.
+		metav1.SetMetaDataAnnotation(&pv.ObjectMeta, storagehelpers.AnnMigratedTo, p.name)
 	}
 	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)

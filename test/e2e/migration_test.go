@@ -32,6 +32,9 @@ func TestInTreeMigration(t *testing.T) {
 	if got := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]; got != sc.Provisioner {
 		t.Errorf("PV provisioned-by = %q, want the class's %s", got, sc.Provisioner)
 	}
+	if got := pv.Annotations[storagehelpers.AnnMigratedTo]; got != s.driver.Name {
+		t.Errorf("PV %s = %q, want %s", storagehelpers.AnnMigratedTo, got, s.driver.Name)
+	}
 	ebs := pv.Spec.AWSElasticBlockStore
 	if pv.Spec.CSI != nil || ebs == nil || ebs.FSType != "xfs" {
 		t.Fatalf("PV source CSI %+v, awsElasticBlockStore %+v; want the in-tree source with fsType xfs", pv.Spec.CSI, ebs)

@@ -32,6 +32,9 @@ func TestMigrationWithControllerManagerBinder(t *testing.T) {
 	}
 	t.Logf("claim annotations set by kube-controller-manager: %v", bound.Annotations)
 	pv := e.waitPVPhase(bound.Spec.VolumeName, corev1.VolumeBound)
+	if got := pv.Annotations[storagehelpers.AnnMigratedTo]; got != e.driver {
+		t.Errorf("PV %s = %q, want %s", storagehelpers.AnnMigratedTo, got, e.driver)
+	}
 	if pv.Spec.AWSElasticBlockStore == nil || pv.Spec.CSI != nil {
 		t.Fatalf("PV %s source: CSI %+v, awsElasticBlockStore %+v; want the in-tree source", pv.Name, pv.Spec.CSI, pv.Spec.AWSElasticBlockStore)
 	}
