@@ -173,6 +173,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			// and wait for its retry.
 			if !cache.WaitForCacheSync(ctx.Done(), grants.HasSynced) {
 				wg.Wait()
+				factory.Shutdown()
 				return
 			}
 		}
