@@ -147,6 +147,9 @@ func (b *Binder) updateClaimStatus(ctx context.Context, claim *corev1.Persistent
 	if !dirty {
 		return claim, nil
 	}
+	if phase == corev1.ClaimBound {
+		b.addUnusedCondition(claim, &st)
+	}
 	clone := claim.DeepCopy()
 	clone.Status = st
 	out, err := b.updateClaimStatusWrite(ctx, clone, "phase "+string(phase))

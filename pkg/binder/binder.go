@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,6 +58,10 @@ type Binder struct {
 	reserveMu sync.Mutex
 
 	metrics *binderMetrics
+
+	// unusedTracked is set once a claim with the Unused condition was seen:
+	// the cluster maintains it (see unused.go).
+	unusedTracked atomic.Bool
 }
 
 // New registers event handlers and indexers on factory's PV, PVC,
