@@ -32,7 +32,9 @@
 //     next sync. The third write also removes the in-flight finalizer, but
 //     only when the volume is the one this driver provisioned for the claim
 //     (a create may still be running otherwise; the provisioner's guard
-//     removes it later);
+//     removes it later). Once the cluster is seen to maintain the claims'
+//     Unused condition (kube-controller-manager v1.37), the status write
+//     carries it too, so that controller has nothing to write (unused.go);
 //   - a volume whose claim is gone becomes Released; the provisioner then
 //     deletes it (Delete) or it stays (Retain); Recycle and unknown policies
 //     make it Failed with a Warning. Before releasing, a claim missing from
@@ -47,8 +49,10 @@
 //     finalizers.
 //
 // Scope: the binder writes a volume only when spec.csi.driver is the driver
-// or pv.kubernetes.io/provisioned-by names it, and a claim only when its
-// class's provisioner is the driver, when it is bound or pre-bound to such a
+// or pv.kubernetes.io/provisioned-by names it (or, with
+// [WithInTreeMigration], the migrated in-tree plugin, whose in-tree volumes
+// count too), and a claim only when its class's provisioner is the driver
+// (or that plugin), when it is bound or pre-bound to such a
 // volume, when such a volume is pre-bound to it, or, for a claim whose class
 // is "" or does not exist, when such a volume matches it. (A claim whose
 // class does not exist also gets a ProvisioningFailed event.)
