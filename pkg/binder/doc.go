@@ -32,9 +32,10 @@
 //     next sync. The third write also removes the in-flight finalizer, but
 //     only when the volume is the one this driver provisioned for the claim
 //     (a create may still be running otherwise; the provisioner's guard
-//     removes it later). Once the cluster is seen to maintain the claims'
-//     Unused condition (kube-controller-manager v1.37), the status write
-//     carries it too, so that controller has nothing to write (unused.go);
+//     removes it later). Once another writer is seen to add or change a
+//     claim's Unused condition (kube-controller-manager v1.37), the status
+//     write carries it too, so that controller has nothing to write
+//     (unused.go);
 //   - a volume whose claim is gone becomes Released; the provisioner then
 //     deletes it (Delete) or it stays (Retain); Recycle and unknown policies
 //     make it Failed with a Warning. Before releasing, a claim missing from

@@ -149,7 +149,6 @@ func (b *Binder) onClaimAdd(obj interface{}) {
 	}
 	key := claimKey(claim)
 	b.claims.observe(key, claim)
-	b.observeUnusedCondition(claim)
 	b.claimQueue.Add(key)
 	// Volumes that point at this name may belong to an earlier claim of the
 	// same name, or may be waiting for this one.
@@ -163,10 +162,12 @@ func (b *Binder) onClaimUpdate(oldObj, newObj interface{}) {
 	}
 	key := claimKey(claim)
 	b.claims.observe(key, claim)
-	b.observeUnusedCondition(claim)
 	b.claimQueue.Add(key)
-	if old, ok := oldObj.(*corev1.PersistentVolumeClaim); ok && old.Spec.VolumeName != claim.Spec.VolumeName && claim.Spec.VolumeName != "" {
-		b.volumeQueue.Add(claim.Spec.VolumeName)
+	if old, ok := oldObj.(*corev1.PersistentVolumeClaim); ok {
+		b.observeUnusedCondition(old, claim)
+		if old.Spec.VolumeName != claim.Spec.VolumeName && claim.Spec.VolumeName != "" {
+			b.volumeQueue.Add(claim.Spec.VolumeName)
+		}
 	}
 }
 

@@ -11,13 +11,15 @@ import (
 // beta and on by default) kube-controller-manager's pvc-protection
 // controller writes an Unused condition into the status of every Bound
 // claim that lacks it: one more write per volume right after the binder's
-// own status write. Once the binder has seen that condition on any claim
-// (so the cluster maintains it), it sets the condition itself in the write
-// that makes a claim Bound, with the value and reason that controller
-// would write; the controller then finds nothing to change. In a cluster
-// that does not maintain the condition the binder never adds it, so no
-// condition goes stale. A wrong guess (a pod the binder does not count)
-// costs only the controller's correcting write.
+// own status write. Once the binder has seen another writer add or change
+// that condition on any claim (so the cluster maintains it now: a
+// condition merely present may be left over from a time the feature was
+// on), it sets the condition itself in the write that makes a claim Bound,
+// with the value and reason that controller would write; the controller
+// then finds nothing to change. In a cluster that does not maintain the
+// condition the binder never adds it, so no condition goes stale. A wrong
+// guess (a pod the binder does not count) costs only the controller's
+// correcting write.
 
 // Reasons and messages of the Unused condition, kube-controller-manager's.
 const (
@@ -28,17 +30,31 @@ const (
 )
 
 // observeUnusedCondition notes that the cluster maintains the Unused
-// condition when claim carries it.
-func (b *Binder) observeUnusedCondition(claim *corev1.PersistentVolumeClaim) {
-	if !b.unusedTracked.Load() && hasUnusedCondition(claim.Status.Conditions) {
-		b.unusedTracked.Store(true)
+// condition when an update of a claim added or changed it. Until the
+// binder writes the condition itself, every such update is another
+// writer's.
+func (b *Binder) observeUnusedCondition(old, claim *corev1.PersistentVolumeClaim) {
+	if b.unusedTracked.Load() {
+		return
+	}
+	if now := unusedCondition(claim.Status.Conditions); now != nil {
+		if was := unusedCondition(old.Status.Conditions); was == nil || was.Status != now.Status {
+			b.unusedTracked.Store(true)
+		}
 	}
 }
 
+func unusedCondition(conds []corev1.PersistentVolumeClaimCondition) *corev1.PersistentVolumeClaimCondition {
+	for i := range conds {
+		if conds[i].Type == corev1.PersistentVolumeClaimUnused {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
 func hasUnusedCondition(conds []corev1.PersistentVolumeClaimCondition) bool {
-	return slices.ContainsFunc(conds, func(c corev1.PersistentVolumeClaimCondition) bool {
-		return c.Type == corev1.PersistentVolumeClaimUnused
-	})
+	return unusedCondition(conds) != nil
 }
 
 // addUnusedCondition adds the Unused condition to st, the status that makes

@@ -28,9 +28,18 @@ func TestUnusedCondition(t *testing.T) {
 		})
 		return c
 	}
-	// The informers are loaded directly; the marker goes through the
-	// claim handler as an informer event would.
-	seen := func(f *fixture) { f.binder.onClaimUpdate(marker, marker) }
+	// The informers are loaded directly; the marker's update (the
+	// controller adding the condition) goes through the claim handler as an
+	// informer event would.
+	markerBefore := marker.DeepCopy()
+	markerBefore.Status.Conditions = nil
+	seen := func(f *fixture) { f.binder.onClaimUpdate(markerBefore, marker) }
+	// A condition that is only present (left from a time the feature was
+	// on) or an update that leaves it alone proves nothing.
+	present := func(f *fixture) {
+		f.binder.onClaimAdd(marker)
+		f.binder.onClaimUpdate(marker, marker)
+	}
 	running := testutil.NewPod(ns, "app", "node-1", "c1")
 	running.Status.Phase = corev1.PodRunning
 	done := testutil.NewPod(ns, "job", "node-1", "c1")
@@ -53,6 +62,11 @@ func TestUnusedCondition(t *testing.T) {
 		},
 		{
 			name: "not tracked: no condition", objects: objs(classFast(), c1, pv1, running), sync: "pvc/c1",
+			claims: []*corev1.PersistentVolumeClaim{boundC1}, volumes: []*corev1.PersistentVolume{boundPV1}, actions: bindActions,
+		},
+		{
+			name: "a condition only present: not tracked", objects: objs(classFast(), c1, pv1, marker), sync: "pvc/c1", setup: present,
+			queued: []string{"pvc/elsewhere/m"},
 			claims: []*corev1.PersistentVolumeClaim{boundC1}, volumes: []*corev1.PersistentVolume{boundPV1}, actions: bindActions,
 		},
 	})
