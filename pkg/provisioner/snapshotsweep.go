@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -56,9 +57,18 @@ func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	var pending map[string]bool // computed at the first protected snapshot
 	for i := range list.Items {
 		snap := &list.Items[i]
-		if !slices.Contains(snap.Finalizers, SnapshotFinalizer) || p.restorePending(snap.Namespace, snap.Name) {
+		if !slices.Contains(snap.Finalizers, SnapshotFinalizer) {
+			continue
+		}
+		if pending == nil {
+			if pending, err = p.pendingRestores(); err != nil {
+				return fmt.Errorf("list the claims: %w", err) // keep every protection when unsure
+			}
+		}
+		if pending[snap.Namespace+"/"+snap.Name] {
 			continue
 		}
 		if err := p.releaseSnapshot(ctx, snap.Namespace, snap.Name); err != nil {
@@ -73,33 +83,31 @@ func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
 	return nil
 }
 
-// restorePending reports whether a pending claim restores from the
-// snapshot namespace/name: a claim of that namespace or, under the
+// pendingRestores returns the snapshots ("namespace/name") that a pending
+// claim restores from: a claim of the snapshot's namespace or, under the
 // CrossNamespaceVolumeDataSource feature, of any namespace through its
 // dataSourceRef (a claim being deleted with a create in flight stays
-// pending too).
-func (p *Provisioner) restorePending(namespace, name string) bool {
-	var claims []*corev1.PersistentVolumeClaim
-	var err error
-	if p.cfg.grants != nil {
-		claims, err = p.claims.List(labels.Everything())
-	} else {
-		claims, err = p.claims.PersistentVolumeClaims(namespace).List(labels.Everything())
-	}
+// pending too). One pass over the cached claims serves a whole sweep.
+func (p *Provisioner) pendingRestores() (map[string]bool, error) {
+	claims, err := p.claims.List(labels.Everything())
 	if err != nil {
-		return true // keep the protection when unsure
+		return nil, err
 	}
-	return slices.ContainsFunc(claims, func(c *corev1.PersistentVolumeClaim) bool {
+	pending := map[string]bool{}
+	for _, c := range claims {
 		if c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "" {
-			return false
+			continue
 		}
 		ref, ok := sourceRefOf(c)
-		if !ok || ref.kind != kindVolumeSnapshot || ref.group != snapshotAPIGroup || ref.name != name {
-			return false
+		if !ok || ref.kind != kindVolumeSnapshot || ref.group != snapshotAPIGroup {
+			continue
 		}
-		if ref.crossNamespace() {
-			return p.cfg.grants != nil && ref.namespace == namespace
+		switch {
+		case !ref.crossNamespace():
+			pending[c.Namespace+"/"+ref.name] = true
+		case p.cfg.grants != nil:
+			pending[ref.namespace+"/"+ref.name] = true
 		}
-		return c.Namespace == namespace
-	})
+	}
+	return pending, nil
 }
