@@ -150,7 +150,9 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	run := func(ctx context.Context) {
 		logger := klog.FromContext(ctx)
 		factory.Start(ctx.Done())
+		defer factory.Shutdown()
 		var wg sync.WaitGroup
+		defer wg.Wait() // before the factory shuts down
 		if bnd != nil {
 			wg.Go(func() {
 				if err := bnd.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -172,8 +174,6 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			// A claim handled before the grants are known would be refused
 			// and wait for its retry.
 			if !cache.WaitForCacheSync(ctx.Done(), grants.HasSynced) {
-				wg.Wait()
-				factory.Shutdown()
 				return
 			}
 		}
@@ -186,8 +186,6 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			return nil
 		})
 		lib.Run(ctx) // returns when ctx is done
-		wg.Wait()
-		factory.Shutdown()
 	}
 
 	logger.Info("Running", "driver", driverName, "binder", cfg.EnableBinder, "leaderElection", cfg.LeaderElection)
