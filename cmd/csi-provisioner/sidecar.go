@@ -122,6 +122,11 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("create provisioner: %w", err)
 	}
+	if grants != nil {
+		if _, err := grants.AddEventHandler(prov.ReferenceGrantHandler()); err != nil {
+			return fmt.Errorf("watch ReferenceGrants: %w", err)
+		}
+	}
 
 	lib := newProvisionController(ctx, cfg, client, driverName, inTree, prov, factory, srv)
 
@@ -247,7 +252,7 @@ func newProvisionController(ctx context.Context, cfg *Config, client kubernetes.
 		controller.RateLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax)),
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.CreateProvisionedPVLimiter(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		controller.ClaimsInformer(factory.Core().V1().PersistentVolumeClaims().Informer()),
+		controller.ClaimsInformer(prov.LibraryClaimsInformer()),
 		controller.VolumesInformer(factory.Core().V1().PersistentVolumes().Informer()),
 		controller.ClassesInformer(factory.Storage().V1().StorageClasses().Informer()),
 		controller.RetryIntervalMax(cfg.RetryIntervalMax),

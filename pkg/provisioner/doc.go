@@ -13,7 +13,9 @@
 // of orphaned snapshot finalizers in RunSnapshotSweep), also from another
 // namespace when a ReferenceGrant allows it (WithReferenceGrants, the
 // CrossNamespaceVolumeDataSource feature), and so does distributed
-// provisioning (see Node deployment below). CSI migration and capacity
+// provisioning (see Node deployment below). A clone waiting for its source
+// to be Bound, or a claim for a ReferenceGrant, goes back to the library
+// as soon as that happens (requeue.go). CSI migration and capacity
 // tracking (package capacity) are not part of this package.
 //
 // # Error states

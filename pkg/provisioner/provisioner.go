@@ -76,6 +76,7 @@ type Provisioner struct {
 	nodes      corelisters.NodeLister       // nil without VolumeAccessibility
 	csiNodes   storagelisters.CSINodeLister // nil without VolumeAccessibility
 	claimInf   cache.SharedIndexInformer
+	library    *libraryInformer // claimInf as given to the library
 	volumeInf  cache.SharedIndexInformer
 	volumes    *volindex.Index
 	attachInf  cache.SharedIndexInformer // nil without PublishUnpublish
@@ -140,6 +141,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	classes := factory.Storage().V1().StorageClasses()
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
+	p.library = &libraryInformer{SharedIndexInformer: p.claimInf}
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
 	volumeIndex, err := volindex.Add(p.volumeInf, p.UIDNamePrefix())
 	if err != nil {
@@ -157,6 +159,9 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	if caps.CloneVolume {
 		if err := p.claimInf.AddIndexers(cache.Indexers{indexClaimByCloneSource: p.claimByCloneSource}); err != nil {
 			return nil, fmt.Errorf("new provisioner: add clone source indexer: %w", err)
+		}
+		if err := p.watchCloneSources(); err != nil {
+			return nil, fmt.Errorf("new provisioner: watch clone sources: %w", err)
 		}
 	}
 	if caps.PublishUnpublish {

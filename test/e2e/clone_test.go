@@ -63,6 +63,33 @@ func TestClone(t *testing.T) {
 	s.deleteAndWaitGone(clone.Name, clonePV.Name)
 }
 
+// TestCloneBeforeSource: a clone created before its source fails (a
+// Warning) and is provisioned as soon as the source is Bound, although the
+// provisioning library would retry it only after ten minutes.
+func TestCloneBeforeSource(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, sidecarArgs: slowRetries})
+	sc := s.class("fs", nil)
+	clone := s.claim(testutil.NewPVC(s.ns, "copy").Class(sc.Name).Size("1Gi").DataSource(nil, "PersistentVolumeClaim", "src"))
+	s.waitEvent(s.ns, string(clone.UID), corev1.EventTypeWarning, "ProvisioningFailed", "error getting PVC src")
+
+	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
+	_, srcPV := s.waitBound(src.Name)
+	_, clonePV := s.waitBound(clone.Name)
+	if from := s.contentSource(clonePV.Spec.CSI.VolumeHandle).GetVolume().GetVolumeId(); from != srcPV.Spec.CSI.VolumeHandle {
+		t.Errorf("the clone's volume was created from %q, want the source's %s", from, srcPV.Spec.CSI.VolumeHandle)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), src.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.deleteAndWaitGone(clone.Name, clonePV.Name)
+	s.waitGone(src.Name, srcPV.Name)
+}
+
+// slowRetries are sidecar flags under which the provisioning library
+// retries a failed claim only after ten minutes, longer than any wait of a
+// test: a claim provisioned after a failure was queued by the provisioner.
+var slowRetries = []string{"--retry-interval-start=10m", "--retry-interval-max=10m"}
+
 // contentSource returns what the driver says the volume with id was
 // created from (nil for nothing, or when there is no such volume).
 func (s *stack) contentSource(id string) *csi.VolumeContentSource {

@@ -19,8 +19,8 @@ import (
 // gate (on in this package's kube-apiserver and the sidecar) and the
 // Gateway API's ReferenceGrant CRD, a claim whose dataSourceRef names a
 // claim of another namespace gets a Warning and stays Pending until a
-// ReferenceGrant there allows it, and is then cloned from that claim's
-// volume, which carries the cloning protection; a claim restoring from a
+// ReferenceGrant there allows it, and is then cloned (at once, not at the
+// library's next retry, ten minutes later) from that claim's volume, which carries the cloning protection; a claim restoring from a
 // VolumeSnapshot of that namespace is provisioned from its handle once a
 // grant for that snapshot exists.
 func TestCrossNamespaceDataSource(t *testing.T) {
@@ -35,7 +35,7 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	}
 	s := newStack(t, stackConfig{
 		memory: true, beforeSidecar: install,
-		sidecarArgs: []string{"--feature-gates=CrossNamespaceVolumeDataSource=true"},
+		sidecarArgs: append([]string{"--feature-gates=CrossNamespaceVolumeDataSource=true"}, slowRetries...),
 	})
 	admin := s.cp.AdminConfig()
 	srcNS, err := s.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns + "-src"}}, metav1.CreateOptions{})

@@ -1,0 +1,163 @@
+package provisioner
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Waits that end at once. The provisioning library retries a claim it
+// could not provision with its backoff (--retry-interval-start, doubling up
+// to --retry-interval-max, five minutes by default), whatever the claim
+// waited for; upstream does the same. Two of those waits end with a change
+// this provisioner sees in its caches, and then it hands the claim back to
+// the library at once instead of leaving it to the backoff:
+//
+//   - a clone whose source claim was missing or not yet Bound, when the
+//     source becomes Bound;
+//   - a claim whose data source is in another namespace, when a
+//     ReferenceGrant of that namespace is created or changed.
+//
+// The library offers no way to queue a claim from outside: it registers its
+// claim event handler on the informer it is given, so the provisioner gives
+// it a wrapper ([Provisioner.LibraryClaimsInformer]) that keeps that
+// handler, and passes it the claim as an update. The library then syncs the
+// claim as after any other change of it; a claim it has nothing to do for
+// costs it a cache read.
+
+// libraryInformer is the shared claim informer as handed to the provisioning
+// library: it remembers the handlers registered through it.
+type libraryInformer struct {
+	cache.SharedIndexInformer
+
+	mu       sync.Mutex
+	handlers []cache.ResourceEventHandler
+}
+
+func (i *libraryInformer) remember(h cache.ResourceEventHandler) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.handlers = append(i.handlers, h)
+}
+
+func (i *libraryInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := i.SharedIndexInformer.AddEventHandler(h)
+	if err == nil {
+		i.remember(h)
+	}
+	return reg, err
+}
+
+func (i *libraryInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, resync time.Duration) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, resync)
+	if err == nil {
+		i.remember(h)
+	}
+	return reg, err
+}
+
+func (i *libraryInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, opts cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := i.SharedIndexInformer.AddEventHandlerWithOptions(h, opts)
+	if err == nil {
+		i.remember(h)
+	}
+	return reg, err
+}
+
+// requeue passes claim to the remembered handlers as an update that
+// changed nothing.
+func (i *libraryInformer) requeue(claim *corev1.PersistentVolumeClaim) {
+	i.mu.Lock()
+	handlers := i.handlers
+	i.mu.Unlock()
+	for _, h := range handlers {
+		h.OnUpdate(claim, claim)
+	}
+}
+
+// LibraryClaimsInformer returns the claim informer to give the provisioning
+// library (controller.ClaimsInformer): the shared one, through which the
+// provisioner can queue a claim in the library when what it waited for
+// changed. Give it to one controller only.
+func (p *Provisioner) LibraryClaimsInformer() cache.SharedIndexInformer {
+	return p.library
+}
+
+// watchCloneSources registers cloneSourceChanged on the claim informer. It
+// needs the clone-source index.
+func (p *Provisioner) watchCloneSources() error {
+	_, err := p.claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: p.cloneSourceChanged})
+	return err
+}
+
+// cloneSourceChanged queues the pending clones of a claim in the library
+// when the claim becomes Bound.
+func (p *Provisioner) cloneSourceChanged(oldObj, newObj interface{}) {
+	old, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
+	claim, ok2 := newObj.(*corev1.PersistentVolumeClaim)
+	if !ok1 || !ok2 || old.Status.Phase == corev1.ClaimBound || claim.Status.Phase != corev1.ClaimBound {
+		return
+	}
+	p.requeueClones(claim.Namespace + "/" + claim.Name)
+}
+
+// requeueClones queues the pending clones of the claim with key
+// namespace/name.
+func (p *Provisioner) requeueClones(key string) {
+	objs, err := p.claimInf.GetIndexer().ByIndex(indexClaimByCloneSource, key)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		if clone, ok := obj.(*corev1.PersistentVolumeClaim); ok && waiting(clone) {
+			p.library.requeue(clone)
+		}
+	}
+}
+
+// ReferenceGrantHandler returns the event handler to register on the
+// ReferenceGrant informer: a grant created or changed queues, in the
+// library, the pending claims whose data source is in the grant's
+// namespace. It does nothing without [WithReferenceGrants].
+func (p *Provisioner) ReferenceGrantHandler() cache.ResourceEventHandler {
+	changed := func(obj interface{}) {
+		grant, err := meta.Accessor(obj)
+		if err != nil || p.cfg.grants == nil {
+			return
+		}
+		for _, obj := range p.claimInf.GetStore().List() {
+			claim, ok := obj.(*corev1.PersistentVolumeClaim)
+			if !ok || !waiting(claim) {
+				continue
+			}
+			if ref, ok := sourceRefOf(claim); ok && ref.namespace == grant.GetNamespace() {
+				p.library.requeue(claim)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, isInInitialList bool) {
+			if !isInInitialList { // at start the library syncs every claim anyway
+				changed(obj)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj interface{}) {
+			old, err1 := meta.Accessor(oldObj)
+			grant, err2 := meta.Accessor(newObj)
+			if err1 == nil && err2 == nil && old.GetResourceVersion() == grant.GetResourceVersion() {
+				return // a resync
+			}
+			changed(newObj)
+		},
+	}
+}
+
+// waiting reports whether claim may still be provisioned: pending, not
+// bound to a volume, not being deleted.
+func waiting(claim *corev1.PersistentVolumeClaim) bool {
+	return claim.Spec.VolumeName == "" && claim.DeletionTimestamp == nil &&
+		(claim.Status.Phase == corev1.ClaimPending || claim.Status.Phase == "")
+}

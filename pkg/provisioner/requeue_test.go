@@ -1,0 +1,190 @@
+package provisioner
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
+)
+
+// cloneNamed is a claim name in class testClass cloning the claim src.
+func cloneNamed(name, src string) *testutil.PVCBuilder {
+	return newClaim(name).DataSource(nil, kindClaim, src)
+}
+
+// libraryHandler stands for the provisioning library's claim handler: it
+// records the claims it is given as an update without a change, which is
+// how the provisioner queues a claim (informer updates carry two copies).
+type libraryHandler struct {
+	mu     sync.Mutex
+	queued []string
+}
+
+func (l *libraryHandler) OnAdd(interface{}, bool) {}
+func (l *libraryHandler) OnDelete(interface{})    {}
+func (l *libraryHandler) OnUpdate(old, obj interface{}) {
+	if old != obj {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queued = append(l.queued, obj.(*corev1.PersistentVolumeClaim).Name)
+}
+
+func (l *libraryHandler) names() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := slices.Clone(l.queued)
+	slices.Sort(names)
+	return names
+}
+
+// libraryOn registers a libraryHandler as the library does.
+func libraryOn(t *testing.T, p *Provisioner) *libraryHandler {
+	t.Helper()
+	l := &libraryHandler{}
+	if _, err := p.LibraryClaimsInformer().AddEventHandlerWithResyncPeriod(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestRequeueClones(t *testing.T) {
+	pending := func(b *testutil.PVCBuilder) *corev1.PersistentVolumeClaim { return b.Phase(corev1.ClaimPending).Obj() }
+	clones := []runtime.Object{
+		pending(cloneOf("src")),
+		pending(cloneNamed("clone-by-ref", "src")),
+		cloneNamed("bound-clone", "src").Phase(corev1.ClaimBound).Obj(),
+		pending(cloneNamed("deleted-clone", "src").Deleted()),
+		pending(cloneNamed("other-clone", "other")),
+	}
+	clones[1].(*corev1.PersistentVolumeClaim).Spec.DataSource = nil
+	crossNS := fromNamespace(cloneNamed("cross", "src").Phase(corev1.ClaimPending).Obj(), sourceNS)
+	srcInOtherNS := newClaim("src").Obj()
+	srcInOtherNS.Namespace = sourceNS
+
+	tests := []struct {
+		name     string
+		grants   bool
+		old, new *corev1.PersistentVolumeClaim
+		want     []string
+	}{
+		{
+			name: "the source becomes Bound: its pending clones",
+			old:  newClaim("src").Phase(corev1.ClaimPending).Obj(),
+			new:  newClaim("src").Phase(corev1.ClaimBound).VolumeName("pv-src").Obj(),
+			want: []string{"clone", "clone-by-ref"},
+		},
+		{
+			name: "the source was Bound already: none",
+			old:  newClaim("src").Phase(corev1.ClaimBound).VolumeName("pv-src").Obj(),
+			new:  newClaim("src").Phase(corev1.ClaimBound).VolumeName("pv-src").Annotation("a", "b").Obj(),
+		},
+		{
+			name: "the source stays Pending: none",
+			old:  newClaim("src").Phase(corev1.ClaimPending).Obj(),
+			new:  newClaim("src").Phase(corev1.ClaimPending).Annotation("a", "b").Obj(),
+		},
+		{
+			name:   "a source in another namespace becomes Bound: its clones there",
+			grants: true,
+			old:    srcInOtherNS,
+			new: func() *corev1.PersistentVolumeClaim {
+				c := srcInOtherNS.DeepCopy()
+				c.Status.Phase = corev1.ClaimBound
+				return c
+			}(),
+			want: []string{"cross"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []Option
+			if tt.grants {
+				opts = append(opts, WithReferenceGrants(&fakeGrants{}))
+			}
+			h := newHarness(t, cloneCaps(), append(slices.Clone(clones), crossNS), opts...)
+			lib := libraryOn(t, h.p)
+			h.p.cloneSourceChanged(tt.old, tt.new)
+			if got := lib.names(); !slices.Equal(got, tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReferenceGrantHandler(t *testing.T) {
+	grant := func(namespace, rv string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(refgrant.Group + "/v1")
+		u.SetKind("ReferenceGrant")
+		u.SetNamespace(namespace)
+		u.SetName("g")
+		u.SetResourceVersion(rv)
+		return u
+	}
+	claims := []runtime.Object{
+		fromNamespace(cloneNamed("cross", "src").Phase(corev1.ClaimPending).Obj(), sourceNS),
+		fromNamespace(cloneNamed("cross-bound", "src").Phase(corev1.ClaimBound).VolumeName("pv").Obj(), sourceNS),
+		fromNamespace(cloneNamed("cross-elsewhere", "src").Phase(corev1.ClaimPending).Obj(), "elsewhere"),
+		cloneNamed("same-namespace", "src").Phase(corev1.ClaimPending).Obj(),
+	}
+	tests := []struct {
+		name   string
+		grants bool
+		event  func(cache.ResourceEventHandler)
+		want   []string
+	}{
+		{
+			name: "created", grants: true,
+			event: func(h cache.ResourceEventHandler) { h.OnAdd(grant(sourceNS, "1"), false) },
+			want:  []string{"cross"},
+		},
+		{
+			name: "changed", grants: true,
+			event: func(h cache.ResourceEventHandler) { h.OnUpdate(grant(sourceNS, "1"), grant(sourceNS, "2")) },
+			want:  []string{"cross"},
+		},
+		{
+			name: "in a namespace no claim refers to", grants: true,
+			event: func(h cache.ResourceEventHandler) { h.OnAdd(grant("nobody", "1"), false) },
+		},
+		{
+			name: "resynced", grants: true,
+			event: func(h cache.ResourceEventHandler) { h.OnUpdate(grant(sourceNS, "1"), grant(sourceNS, "1")) },
+		},
+		{
+			name: "listed at start", grants: true,
+			event: func(h cache.ResourceEventHandler) { h.OnAdd(grant(sourceNS, "1"), true) },
+		},
+		{
+			name: "deleted", grants: true,
+			event: func(h cache.ResourceEventHandler) { h.OnDelete(grant(sourceNS, "1")) },
+		},
+		{
+			name:  "feature off",
+			event: func(h cache.ResourceEventHandler) { h.OnAdd(grant(sourceNS, "1"), false) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []Option
+			if tt.grants {
+				opts = append(opts, WithReferenceGrants(&fakeGrants{}))
+			}
+			h := newHarness(t, cloneCaps(), claims, opts...)
+			lib := libraryOn(t, h.p)
+			tt.event(h.p.ReferenceGrantHandler())
+			if got := lib.names(); !slices.Equal(got, tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
