@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -33,7 +32,6 @@ import (
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
-	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // informerResync is the shared informers' resync period, as upstream's
@@ -111,21 +109,17 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if inTree != "" {
 		provOpts = append(provOpts, provisioner.WithInTreeMigration(inTree))
 	}
-	grants, err := referenceGrants(ctx, cfg, restCfg, main.Discovery())
+	sources, err := newSourceInformers(ctx, cfg, restCfg, main, snapshots, driver.Capabilities())
 	if err != nil {
 		return err
 	}
-	if grants != nil {
-		provOpts = append(provOpts, provisioner.WithReferenceGrants(refgrant.NewLister(grants.GetIndexer())))
-	}
+	provOpts = append(provOpts, sources.options()...)
 	prov, err := provisioner.New(client, driver, factory, provOpts...)
 	if err != nil {
 		return fmt.Errorf("create provisioner: %w", err)
 	}
-	if grants != nil {
-		if _, err := grants.AddEventHandler(prov.ReferenceGrantHandler()); err != nil {
-			return fmt.Errorf("watch ReferenceGrants: %w", err)
-		}
+	if err := sources.watch(prov); err != nil {
+		return err
 	}
 
 	lib := newProvisionController(ctx, cfg, client, driverName, inTree, prov, factory, srv)
@@ -173,14 +167,8 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			wg.Go(func() { capacityCtl.Run(ctx, cfg.CapacityThreads) })
 			synced["capacity"] = capacityCtl.HasSynced
 		}
-		if grants != nil {
-			wg.Go(func() { grants.RunWithContext(ctx) })
-			synced["referencegrants"] = grants.HasSynced
-			// A claim handled before the grants are known would be refused
-			// and wait for its retry.
-			if !cache.WaitForCacheSync(ctx.Done(), grants.HasSynced) {
-				return
-			}
+		if !sources.run(ctx, &wg, synced) {
+			return
 		}
 		health.add("informers", func(context.Context) error {
 			for name, hasSynced := range synced {

@@ -14,8 +14,9 @@
 // namespace when a ReferenceGrant allows it (WithReferenceGrants, the
 // CrossNamespaceVolumeDataSource feature), and so does distributed
 // provisioning (see Node deployment below). A clone waiting for its source
-// to be Bound, or a claim for a ReferenceGrant, goes back to the library
-// as soon as that happens (requeue.go). CSI migration and capacity
+// to be Bound, a restore for its snapshot to be ready, or a claim for a
+// ReferenceGrant, goes back to the library as soon as that happens
+// (requeue.go). CSI migration and capacity
 // tracking (package capacity) are not part of this package.
 //
 // # Error states

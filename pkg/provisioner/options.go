@@ -8,6 +8,7 @@ import (
 
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -59,7 +60,9 @@ type config struct {
 	volumeAttributesClass     bool
 	clock                     clock.Clock
 	// snapshots is the snapshot API client; nil refuses restores.
-	snapshots                   snapclient.Interface
+	snapshots snapclient.Interface
+	// snapshotInf is set by WithSnapshotInformer; nil without.
+	snapshotInf                 cache.SharedIndexInformer
 	preventVolumeModeConversion bool
 	// node is set by WithNodeDeployment; nil for central provisioning.
 	node *NodeDeployment
@@ -102,6 +105,9 @@ func (c *config) validate(driverName string) error {
 	}
 	if c.identitySet && c.identity == "" {
 		errs = append(errs, errors.New("provisioner identity must not be empty"))
+	}
+	if c.snapshotInf != nil && c.snapshots == nil {
+		errs = append(errs, errors.New("a snapshot informer needs the snapshot client"))
 	}
 	if c.node != nil {
 		if err := c.node.validate(); err != nil {

@@ -164,6 +164,11 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 			return nil, fmt.Errorf("new provisioner: watch clone sources: %w", err)
 		}
 	}
+	if cfg.snapshotInf != nil {
+		if err := p.watchSnapshots(cfg.snapshotInf); err != nil {
+			return nil, fmt.Errorf("new provisioner: watch snapshots: %w", err)
+		}
+	}
 	if caps.PublishUnpublish {
 		p.attachInf = factory.Storage().V1().VolumeAttachments().Informer()
 		p.hasSynced = append(p.hasSynced, p.attachInf.HasSynced)

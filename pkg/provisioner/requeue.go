@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
@@ -12,12 +13,14 @@ import (
 // Waits that end at once. The provisioning library retries a claim it
 // could not provision with its backoff (--retry-interval-start, doubling up
 // to --retry-interval-max, five minutes by default), whatever the claim
-// waited for; upstream does the same. Two of those waits end with a change
-// this provisioner sees in its caches, and then it hands the claim back to
-// the library at once instead of leaving it to the backoff:
+// waited for; upstream does the same. Three of those waits end with a
+// change this provisioner sees in its caches, and then it hands the claim
+// back to the library at once instead of leaving it to the backoff:
 //
 //   - a clone whose source claim was missing or not yet Bound, when the
 //     source becomes Bound;
+//   - a restore whose VolumeSnapshot was missing or not ready, when the
+//     snapshot is ready (with [WithSnapshotInformer]);
 //   - a claim whose data source is in another namespace, when a
 //     ReferenceGrant of that namespace is created or changed.
 //
@@ -114,6 +117,52 @@ func (p *Provisioner) requeueClones(key string) {
 	for _, obj := range objs {
 		if clone, ok := obj.(*corev1.PersistentVolumeClaim); ok && waiting(clone) {
 			p.library.requeue(clone)
+		}
+	}
+}
+
+// watchSnapshots registers snapshotAdded and snapshotChanged on the
+// snapshot informer.
+func (p *Provisioner) watchSnapshots(inf cache.SharedIndexInformer) error {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    p.snapshotAdded,
+		UpdateFunc: p.snapshotChanged,
+	})
+	return err
+}
+
+// snapshotAdded queues the pending restores of a snapshot created ready (a
+// pre-provisioned one); at start the library syncs every claim anyway.
+func (p *Provisioner) snapshotAdded(obj interface{}, isInInitialList bool) {
+	if snap, ok := obj.(*snapv1.VolumeSnapshot); ok && !isInInitialList && snapshotReady(snap) {
+		p.requeueRestores(snap.Namespace + "/" + snap.Name)
+	}
+}
+
+// snapshotChanged queues the pending restores of a snapshot that became
+// ready.
+func (p *Provisioner) snapshotChanged(oldObj, newObj interface{}) {
+	old, ok1 := oldObj.(*snapv1.VolumeSnapshot)
+	snap, ok2 := newObj.(*snapv1.VolumeSnapshot)
+	if ok1 && ok2 && !snapshotReady(old) && snapshotReady(snap) {
+		p.requeueRestores(snap.Namespace + "/" + snap.Name)
+	}
+}
+
+// snapshotReady reports what a restore needs of the snapshot itself: bound
+// to a content and ready to use.
+func snapshotReady(snap *snapv1.VolumeSnapshot) bool {
+	st := snap.Status
+	return st != nil && st.BoundVolumeSnapshotContentName != nil && st.ReadyToUse != nil && *st.ReadyToUse
+}
+
+// requeueRestores queues the pending claims that restore from the snapshot
+// with key namespace/name. Restores are few: it reads every cached claim
+// rather than keep an index.
+func (p *Provisioner) requeueRestores(key string) {
+	for _, obj := range p.claimInf.GetStore().List() {
+		if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok && waiting(claim) && p.restoreSourceOf(claim) == key {
+			p.library.requeue(claim)
 		}
 	}
 }

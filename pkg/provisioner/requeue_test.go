@@ -5,10 +5,14 @@ import (
 	"sync"
 	"testing"
 
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
@@ -182,6 +186,97 @@ func TestReferenceGrantHandler(t *testing.T) {
 			h := newHarness(t, cloneCaps(), claims, opts...)
 			lib := libraryOn(t, h.p)
 			tt.event(h.p.ReferenceGrantHandler())
+			if got := lib.names(); !slices.Equal(got, tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRequeueRestores(t *testing.T) {
+	group := ptr.To(snapshotAPIGroup)
+	restoring := func(name, snap string) *testutil.PVCBuilder {
+		return newClaim(name).DataSource(group, kindVolumeSnapshot, snap)
+	}
+	claims := []runtime.Object{
+		restoring("r1", "snap").Phase(corev1.ClaimPending).Obj(),
+		restoring("r2", "snap").Obj(), // no phase yet
+		restoring("bound", "snap").Phase(corev1.ClaimBound).VolumeName("pv").Obj(),
+		restoring("other", "other-snap").Phase(corev1.ClaimPending).Obj(),
+		fromNamespace(restoring("cross", "snap").Phase(corev1.ClaimPending).Obj(), sourceNS),
+		cloneNamed("clone", "snap").Phase(corev1.ClaimPending).Obj(),
+	}
+	snapshot := func(namespace string, bound, ready bool) *snapv1.VolumeSnapshot {
+		s := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "snap"}}
+		if bound || ready {
+			s.Status = &snapv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(ready)}
+			if bound {
+				s.Status.BoundVolumeSnapshotContentName = ptr.To("content")
+			}
+		}
+		return s
+	}
+	tests := []struct {
+		name   string
+		grants bool
+		event  func(p *Provisioner)
+		want   []string
+	}{
+		{
+			name:  "becomes ready",
+			event: func(p *Provisioner) { p.snapshotChanged(snapshot(testNS, true, false), snapshot(testNS, true, true)) },
+			want:  []string{"r1", "r2"},
+		},
+		{
+			name:  "bound and ready in one update",
+			event: func(p *Provisioner) { p.snapshotChanged(snapshot(testNS, false, false), snapshot(testNS, true, true)) },
+			want:  []string{"r1", "r2"},
+		},
+		{
+			name:  "ready but not bound",
+			event: func(p *Provisioner) { p.snapshotChanged(snapshot(testNS, false, false), snapshot(testNS, false, true)) },
+		},
+		{
+			name:  "was ready",
+			event: func(p *Provisioner) { p.snapshotChanged(snapshot(testNS, true, true), snapshot(testNS, true, true)) },
+		},
+		{
+			name:  "created ready",
+			event: func(p *Provisioner) { p.snapshotAdded(snapshot(testNS, true, true), false) },
+			want:  []string{"r1", "r2"},
+		},
+		{
+			name:  "created not ready",
+			event: func(p *Provisioner) { p.snapshotAdded(snapshot(testNS, true, false), false) },
+		},
+		{
+			name:  "listed at start",
+			event: func(p *Provisioner) { p.snapshotAdded(snapshot(testNS, true, true), true) },
+		},
+		{
+			name:   "in another namespace, with grants",
+			grants: true,
+			event: func(p *Provisioner) {
+				p.snapshotChanged(snapshot(sourceNS, true, false), snapshot(sourceNS, true, true))
+			},
+			want: []string{"cross"},
+		},
+		{
+			name: "in another namespace, without grants",
+			event: func(p *Provisioner) {
+				p.snapshotChanged(snapshot(sourceNS, true, false), snapshot(sourceNS, true, true))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := []Option{WithSnapshotClient(snapfake.NewSimpleClientset())} //nolint:staticcheck // this clientset has no NewClientset
+			if tt.grants {
+				opts = append(opts, WithReferenceGrants(&fakeGrants{}))
+			}
+			h := newHarness(t, snapshotCaps(), claims, opts...)
+			lib := libraryOn(t, h.p)
+			tt.event(h.p)
 			if got := lib.names(); !slices.Equal(got, tt.want) {
 				t.Errorf("queued %v, want %v", got, tt.want)
 			}

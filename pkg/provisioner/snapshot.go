@@ -8,11 +8,16 @@ import (
 	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -158,6 +163,42 @@ var errNoSnapshotClient = errors.New("restoring from a VolumeSnapshot needs the 
 // VolumeSnapshots; without it such claims get a final error.
 func WithSnapshotClient(c snapclient.Interface) Option {
 	return func(cfg *config) { cfg.snapshots = c }
+}
+
+// WithSnapshotInformer gives the provisioner an informer of the
+// VolumeSnapshots of every namespace (snapshot.storage.k8s.io/v1, built on
+// the client of [WithSnapshotClient]; the caller runs it). A claim that
+// waits for its snapshot to exist or be ready goes back to the provisioning
+// library as soon as it is (see requeue.go), and the orphan sweep reads the
+// informer's cache, once synced, instead of listing every snapshot. Without
+// it such a claim waits for the library's next retry. Restores themselves
+// always read the snapshot and its content from the API server.
+func WithSnapshotInformer(inf cache.SharedIndexInformer) Option {
+	return func(cfg *config) { cfg.snapshotInf = inf }
+}
+
+// NewSnapshotInformer returns an informer of the VolumeSnapshots of every
+// namespace, through snaps, for [WithSnapshotInformer]; the cache keeps no
+// managedFields. The caller runs it.
+func NewSnapshotInformer(snaps snapclient.Interface) cache.SharedIndexInformer {
+	c := snaps.SnapshotV1().VolumeSnapshots(metav1.NamespaceAll)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, opts)
+		},
+	}, snaps)
+	inf := cache.NewSharedIndexInformer(lw, &snapv1.VolumeSnapshot{}, 0, cache.Indexers{})
+	// Cannot fail: the informer has not started.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if m, err := meta.Accessor(obj); err == nil {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	return inf
 }
 
 // WithPreventVolumeModeConversion refuses restores that change the source

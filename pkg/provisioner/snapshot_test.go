@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -238,34 +240,61 @@ func TestSnapshotSweep(t *testing.T) {
 	otherGroup.Spec.DataSource.APIGroup = ptr.To("example.com")
 	otherGroup.Spec.DataSourceRef.APIGroup = ptr.To("example.com")
 
-	snaps := snapfake.NewSimpleClientset( //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
-		protected(testNS, "a"),          // a pending restore: kept
-		protected(testNS, "b"),          // a pending restore through dataSourceRef: kept
-		protected(testNS, "c", "other"), // its restore is Bound: removed, "other" kept
-		protected(testNS, "d"),          // no claim: removed
-		protected(testNS, "e"),          // only a claim of another API group: removed
-		protected("elsewhere", "a"),     // a pending claim of another namespace: removed
-		&snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "f", Finalizers: []string{"other"}}}, // not ours: untouched
-	)
-	claims := objs(restoring("r-a", "a", corev1.ClaimPending), refOnly, restoring("r-c", "c", corev1.ClaimBound), otherGroup)
-	h := newHarness(t, snapshotCaps(), claims, WithSnapshotClient(snaps))
-	if err := h.p.sweepSnapshots(h.ctx); err != nil {
-		t.Fatal(err)
+	// The sweep lists the snapshots, or reads them from the snapshot
+	// informer's cache when it has one.
+	for _, cached := range []bool{false, true} {
+		t.Run(map[bool]string{false: "listed", true: "cached"}[cached], func(t *testing.T) {
+			snaps := snapfake.NewSimpleClientset( //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+				protected(testNS, "a"),          // a pending restore: kept
+				protected(testNS, "b"),          // a pending restore through dataSourceRef: kept
+				protected(testNS, "c", "other"), // its restore is Bound: removed, "other" kept
+				protected(testNS, "d"),          // no claim: removed
+				protected(testNS, "e"),          // only a claim of another API group: removed
+				protected("elsewhere", "a"),     // a pending claim of another namespace: removed
+				&snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "f", Finalizers: []string{"other"}}}, // not ours: untouched
+			)
+			opts := []Option{WithSnapshotClient(snaps)}
+			if cached {
+				opts = append(opts, WithSnapshotInformer(runSnapshotInformer(t, snaps)))
+			}
+			claims := objs(restoring("r-a", "a", corev1.ClaimPending), refOnly, restoring("r-c", "c", corev1.ClaimBound), otherGroup)
+			h := newHarness(t, snapshotCaps(), claims, opts...)
+			snaps.ClearActions()
+			if err := h.p.sweepSnapshots(h.ctx); err != nil {
+				t.Fatal(err)
+			}
+			listed := slices.ContainsFunc(snaps.Actions(), func(a k8stesting.Action) bool { return a.GetVerb() == "list" })
+			if listed == cached {
+				t.Errorf("the sweep listed the snapshots: %v, want %v", listed, !cached)
+			}
+			want := map[string][]string{
+				testNS + "/a": {SnapshotFinalizer}, testNS + "/b": {SnapshotFinalizer}, testNS + "/c": {"other"},
+				testNS + "/d": nil, testNS + "/e": nil, "elsewhere/a": nil, testNS + "/f": {"other"},
+			}
+			list, err := snaps.SnapshotV1().VolumeSnapshots("").List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range list.Items {
+				key := s.Namespace + "/" + s.Name
+				if got := s.Finalizers; !slices.Equal(got, want[key]) {
+					t.Errorf("snapshot %s finalizers %v, want %v", key, got, want[key])
+				}
+			}
+		})
 	}
-	want := map[string][]string{
-		testNS + "/a": {SnapshotFinalizer}, testNS + "/b": {SnapshotFinalizer}, testNS + "/c": {"other"},
-		testNS + "/d": nil, testNS + "/e": nil, "elsewhere/a": nil, testNS + "/f": {"other"},
+}
+
+// runSnapshotInformer runs NewSnapshotInformer on snaps until the test
+// ends and waits for it to sync.
+func runSnapshotInformer(t *testing.T, snaps snapclient.Interface) cache.SharedIndexInformer {
+	t.Helper()
+	inf := NewSnapshotInformer(snaps)
+	go inf.RunWithContext(t.Context())
+	if !cache.WaitForCacheSync(t.Context().Done(), inf.HasSynced) {
+		t.Fatal("the snapshot informer did not sync")
 	}
-	list, err := snaps.SnapshotV1().VolumeSnapshots("").List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range list.Items {
-		key := s.Namespace + "/" + s.Name
-		if got := s.Finalizers; !slices.Equal(got, want[key]) {
-			t.Errorf("snapshot %s finalizers %v, want %v", key, got, want[key])
-		}
-	}
+	return inf
 }
 
 // TestSnapshotSweepWithoutSnapshotAPI: a cluster that serves no snapshot

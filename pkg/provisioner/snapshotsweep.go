@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,7 @@ func (p *Provisioner) RunSnapshotSweep(ctx context.Context, interval time.Durati
 // has nothing to sweep.
 func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	list, err := p.cfg.snapshots.SnapshotV1().VolumeSnapshots("").List(ctx, metav1.ListOptions{})
+	snaps, err := p.snapshotsToSweep(ctx)
 	if apierrors.IsNotFound(err) {
 		logger.V(4).Info("The snapshot API is not served; nothing to sweep")
 		return nil
@@ -58,8 +59,7 @@ func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
 	}
 	var errs []error
 	var pending map[string]bool // computed at the first protected snapshot
-	for i := range list.Items {
-		snap := &list.Items[i]
+	for _, snap := range snaps {
 		if !slices.Contains(snap.Finalizers, SnapshotFinalizer) {
 			continue
 		}
@@ -83,10 +83,30 @@ func (p *Provisioner) sweepSnapshots(ctx context.Context) error {
 	return nil
 }
 
+// snapshotsToSweep returns every VolumeSnapshot: from the informer's cache
+// once it synced ([WithSnapshotInformer]), else listed.
+func (p *Provisioner) snapshotsToSweep(ctx context.Context) ([]*snapv1.VolumeSnapshot, error) {
+	var snaps []*snapv1.VolumeSnapshot
+	if inf := p.cfg.snapshotInf; inf != nil && inf.HasSynced() {
+		for _, obj := range inf.GetStore().List() {
+			if snap, ok := obj.(*snapv1.VolumeSnapshot); ok {
+				snaps = append(snaps, snap)
+			}
+		}
+		return snaps, nil
+	}
+	list, err := p.cfg.snapshots.SnapshotV1().VolumeSnapshots("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		snaps = append(snaps, &list.Items[i])
+	}
+	return snaps, nil
+}
+
 // pendingRestores returns the snapshots ("namespace/name") that a pending
-// claim restores from: a claim of the snapshot's namespace or, under the
-// CrossNamespaceVolumeDataSource feature, of any namespace through its
-// dataSourceRef (a claim being deleted with a create in flight stays
+// claim restores from (a claim being deleted with a create in flight stays
 // pending too). One pass over the cached claims serves a whole sweep.
 func (p *Provisioner) pendingRestores() (map[string]bool, error) {
 	claims, err := p.claims.List(labels.Everything())
@@ -98,16 +118,26 @@ func (p *Provisioner) pendingRestores() (map[string]bool, error) {
 		if c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "" {
 			continue
 		}
-		ref, ok := sourceRefOf(c)
-		if !ok || ref.kind != kindVolumeSnapshot || ref.group != snapshotAPIGroup {
-			continue
-		}
-		switch {
-		case !ref.crossNamespace():
-			pending[c.Namespace+"/"+ref.name] = true
-		case p.cfg.grants != nil:
-			pending[ref.namespace+"/"+ref.name] = true
+		if key := p.restoreSourceOf(c); key != "" {
+			pending[key] = true
 		}
 	}
 	return pending, nil
+}
+
+// restoreSourceOf returns the key (namespace/name) of the VolumeSnapshot
+// that claim restores from, "" when its data source is not a snapshot: one
+// of the claim's namespace or, under the CrossNamespaceVolumeDataSource
+// feature, of any namespace through its dataSourceRef.
+func (p *Provisioner) restoreSourceOf(claim *corev1.PersistentVolumeClaim) string {
+	ref, ok := sourceRefOf(claim)
+	switch {
+	case !ok || ref.kind != kindVolumeSnapshot || ref.group != snapshotAPIGroup || ref.name == "":
+		return ""
+	case !ref.crossNamespace():
+		return claim.Namespace + "/" + ref.name
+	case p.cfg.grants != nil:
+		return ref.namespace + "/" + ref.name
+	}
+	return ""
 }

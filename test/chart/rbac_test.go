@@ -465,6 +465,31 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		}
 		t.Logf("requests of the sidecar: %s", strings.Join(used, ", "))
 		t.Logf("granted, not used by this flow: %s", strings.Join(unused, ", "))
+		// The snapshot cache: a restore waiting for its snapshot goes on
+		// when the snapshot is ready.
+		if want := snapshotGroup + "/volumesnapshots watch"; !slices.Contains(used, want) {
+			t.Errorf("the sidecar did not %s", want)
+		}
+	})
+
+	// Without watch on volumesnapshots (a ClusterRole from before this
+	// rule): the sidecar says so once at start and restores as before.
+	t.Run("without watch volumesnapshots", func(t *testing.T) {
+		s := startUnderChartRBAC(t, cp, bins, "snapshot-watch", func(cr *rbacv1.ClusterRole, _ *rbacv1.Role) {
+			cr.Rules = withoutVerb(t, cr.Rules, "volumesnapshots", "watch")
+		})
+		if err := s.sidecar.WaitLog(t.Context(), "The sidecar may not watch VolumeSnapshots"); err != nil {
+			t.Fatal(err)
+		}
+		s.class()
+		s.checkRestored(s.restore())
+		if err := s.sidecar.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_, refused := auditedRequests(t, s.user)
+		for _, r := range refused {
+			t.Errorf("the API server refused the sidecar %s", r)
+		}
 	})
 
 	t.Run("chart rules with capacity", func(t *testing.T) {

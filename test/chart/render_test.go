@@ -41,7 +41,7 @@ var wantClusterRules = []rbacv1.PolicyRule{
 	rule("storage.k8s.io", "volumeattributesclasses", "get"),
 	rule("", "secrets", "get"),
 	rule("", "pods", "list", "watch"),
-	rule("snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "update"),
+	rule("snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "watch", "update"),
 	rule("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
 }
 

@@ -23,15 +23,12 @@ import (
 // sidecar from the snapshot's handle, and the snapshot's source protection
 // is gone once the volume exists. A claim asking for less than the
 // snapshot's restore size gets a Warning and no volume. Once that claim is
-// deleted, the sweep removes a source protection left on the snapshot.
+// deleted, the sweep (reading the sidecar's snapshot cache: the CRDs exist
+// when it starts) removes a source protection left on the snapshot.
 func TestRestoreFromSnapshot(t *testing.T) {
-	s := newStack(t, stackConfig{memory: true, sidecarArgs: []string{"--snapshot-orphan-sweep-interval=1s"}})
+	s := newStack(t, stackConfig{memory: true, beforeSidecar: installSnapshotCRDs(t), sidecarArgs: []string{"--snapshot-orphan-sweep-interval=1s"}})
 	ctx := t.Context()
-	cfg := s.cp.AdminConfig()
-	if err := e2e.InstallSnapshotCRDs(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := snapclient.NewForConfig(cfg)
+	snaps, err := snapclient.NewForConfig(s.cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +88,63 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	}
 	s.deleteAndWaitGone(restored.Name, pv.Name)
 	s.waitGone(src.Name, srcPV.Name)
+}
+
+// TestRestoreBeforeSnapshot: a claim restoring from a VolumeSnapshot that
+// does not exist yet gets a Warning, and is provisioned as soon as the
+// snapshot is ready, although the provisioning library would retry it only
+// after ten minutes.
+func TestRestoreBeforeSnapshot(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, beforeSidecar: installSnapshotCRDs(t), sidecarArgs: slowRetries})
+	ctx := t.Context()
+	snaps, err := snapclient.NewForConfig(s.cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.class("fs", nil)
+	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
+	_, srcPV := s.waitBound(src.Name)
+
+	group := "snapshot.storage.k8s.io"
+	restored := s.claim(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("1Gi").DataSource(&group, "VolumeSnapshot", "snap"))
+	s.waitEvent(s.ns, string(restored.UID), corev1.EventTypeWarning, "ProvisioningFailed", "error getting snapshot snap from api server")
+
+	handle, size, err := s.driver.CreateSnapshot(ctx, srcPV.Spec.CSI.VolumeHandle, s.ns+"-snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Created without a status, then made ready, as the snapshot-controller
+	// does.
+	snap, err := e2e.CreateReadySnapshot(ctx, snaps, s.ns, "snap", s.driver.Name, handle, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e2e.DeleteSnapshot(context.WithoutCancel(ctx), snaps, s.ns, snap.Name) })
+	_, pv := s.waitBound(restored.Name)
+	if from := s.contentSource(pv.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
+		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
+	}
+	waitUnprotected(t, snaps, s.ns, snap.Name, "the snapshot kept its source protection after the restore")
+
+	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, src.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.deleteAndWaitGone(restored.Name, pv.Name)
+	s.waitGone(src.Name, srcPV.Name)
+}
+
+// installSnapshotCRDs returns a stackConfig.beforeSidecar hook that
+// installs external-snapshotter's CRDs, so that the sidecar finds them at
+// start.
+func installSnapshotCRDs(t *testing.T) func(*stack) {
+	return func(s *stack) {
+		if err := e2e.InstallSnapshotCRDs(t.Context(), s.cp.AdminConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitUnprotected waits until the snapshot namespace/name has no

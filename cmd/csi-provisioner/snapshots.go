@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	authv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
+)
+
+// snapshotInformer returns an informer of the VolumeSnapshots of every
+// namespace for provisioner.WithSnapshotInformer, or nil when the driver
+// does not restore snapshots (no CREATE_DELETE_SNAPSHOT), the API server
+// does not serve snapshot.storage.k8s.io/v1 volumesnapshots, or the
+// sidecar may not list and watch them (upstream's ClusterRole grants both;
+// these are checked once, here, with a log line when one is missing).
+// Without it restores work the same, but a claim that waits for its
+// snapshot is retried with the library's backoff, and the orphan sweep
+// lists the snapshots. The caller runs the informer.
+func snapshotInformer(ctx context.Context, caps csiclient.Capabilities, client kubernetes.Interface, snapshots snapclient.Interface, disc discovery.ServerResourcesInterfaceWithContext) (cache.SharedIndexInformer, error) {
+	if !caps.CreateDeleteSnapshot {
+		return nil, nil
+	}
+	logger := klog.FromContext(ctx)
+	const resource = "volumesnapshots"
+	gv := snapv1.SchemeGroupVersion
+	list, err := disc.ServerResourcesForGroupVersionWithContext(ctx, gv.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		logger.Info("The API server does not serve VolumeSnapshots: restores wait for them with the library's backoff", "groupVersion", gv.String())
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("discover %s: %w", gv, err)
+	case !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }):
+		logger.Info("The API server does not serve VolumeSnapshots: restores wait for them with the library's backoff", "groupVersion", gv.String())
+		return nil, nil
+	}
+	for _, verb := range []string{"list", "watch"} {
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
+			Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
+				Group: gv.Group, Resource: resource, Verb: verb,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("check whether the sidecar may %s %s.%s: %w", verb, resource, gv.Group, err)
+		}
+		if !review.Status.Allowed {
+			logger.Info("The sidecar may not "+verb+" VolumeSnapshots (upstream's ClusterRole allows it): restores wait for their snapshots with the library's backoff",
+				"resource", resource+"."+gv.Group)
+			return nil, nil
+		}
+	}
+	return provisioner.NewSnapshotInformer(snapshots), nil
+}
