@@ -40,19 +40,9 @@ const CloneFinalizer = "provisioner.storage.kubernetes.io/cloning-protection"
 var errSourceInvalid = errors.New("claim in dataSource not bound or invalid")
 
 // cloneSourceOf returns the key (namespace/name) of the claim that claim
-// clones, "" when its data source is not a claim. A source in another
-// namespace counts only under the CrossNamespaceVolumeDataSource feature.
+// clones, "" when its data source is not a claim.
 func (p *Provisioner) cloneSourceOf(claim *corev1.PersistentVolumeClaim) string {
-	ref, ok := sourceRefOf(claim)
-	switch {
-	case !ok || ref.kind != kindClaim || ref.name == "":
-		return ""
-	case !ref.crossNamespace():
-		return claim.Namespace + "/" + ref.name
-	case p.cfg.grants != nil:
-		return ref.namespace + "/" + ref.name
-	}
-	return ""
+	return p.sourceKey(claim, kindClaim)
 }
 
 // cloneContentSource checks the clone and its source claim (namespace,

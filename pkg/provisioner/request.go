@@ -227,6 +227,23 @@ func sourceRefOf(claim *corev1.PersistentVolumeClaim) (sourceRef, bool) {
 	return r, true
 }
 
+// sourceKey returns the key (namespace/name) of claim's data source when
+// it is of kind, "" otherwise: one of the claim's namespace or, under the
+// CrossNamespaceVolumeDataSource feature, of any namespace through its
+// dataSourceRef.
+func (p *Provisioner) sourceKey(claim *corev1.PersistentVolumeClaim, kind string) string {
+	ref, ok := sourceRefOf(claim)
+	switch {
+	case !ok || ref.kind != kind || ref.name == "":
+		return ""
+	case !ref.crossNamespace():
+		return claim.Namespace + "/" + ref.name
+	case p.cfg.grants != nil:
+		return ref.namespace + "/" + ref.name
+	}
+	return ""
+}
+
 // dataSource is the claim's data source this provisioner provisions from:
 // kind kindClaim or kindVolumeSnapshot in namespace, or the zero value for
 // none.

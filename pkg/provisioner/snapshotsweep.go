@@ -126,18 +126,10 @@ func (p *Provisioner) pendingRestores() (map[string]bool, error) {
 }
 
 // restoreSourceOf returns the key (namespace/name) of the VolumeSnapshot
-// that claim restores from, "" when its data source is not a snapshot: one
-// of the claim's namespace or, under the CrossNamespaceVolumeDataSource
-// feature, of any namespace through its dataSourceRef.
+// that claim restores from, "" when its data source is not a snapshot.
 func (p *Provisioner) restoreSourceOf(claim *corev1.PersistentVolumeClaim) string {
-	ref, ok := sourceRefOf(claim)
-	switch {
-	case !ok || ref.kind != kindVolumeSnapshot || ref.group != snapshotAPIGroup || ref.name == "":
+	if ref, ok := sourceRefOf(claim); !ok || ref.group != snapshotAPIGroup {
 		return ""
-	case !ref.crossNamespace():
-		return claim.Namespace + "/" + ref.name
-	case p.cfg.grants != nil:
-		return ref.namespace + "/" + ref.name
 	}
-	return ""
+	return p.sourceKey(claim, kindVolumeSnapshot)
 }

@@ -86,20 +86,12 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle, size, err := s.driver.CreateSnapshot(ctx, srcPV.Spec.CSI.VolumeHandle, s.ns+"-snap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e2e.CreateReadySnapshot(ctx, snaps, srcNS.Name, "snap", s.driver.Name, handle, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e2e.DeleteSnapshot(context.WithoutCancel(ctx), snaps, srcNS.Name, snap.Name) })
+	handle, _ := s.readySnapshot(snaps, srcNS.Name, srcPV)
 	group := "snapshot.storage.k8s.io"
-	restored := s.claim(crossNamespace(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("1Gi").DataSource(&group, "VolumeSnapshot", snap.Name), srcNS.Name))
+	restored := s.claim(crossNamespace(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("1Gi").DataSource(&group, "VolumeSnapshot", "snap"), srcNS.Name))
 	s.waitEvent(s.ns, string(restored.UID), corev1.EventTypeWarning, "ProvisioningFailed", "of VolumeSnapshot dataSource from "+s.ns+"/restored isn't allowed")
 	if err := e2e.CreateReferenceGrant(ctx, admin, e2e.ReferenceGrant{
-		Namespace: srcNS.Name, Name: "snap", FromNamespace: s.ns, Group: group, Kind: "VolumeSnapshot", ToName: snap.Name,
+		Namespace: srcNS.Name, Name: "snap", FromNamespace: s.ns, Group: group, Kind: "VolumeSnapshot", ToName: "snap",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +99,7 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	if from := s.contentSource(restoredPV.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
 		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
 	}
-	waitUnprotected(t, snaps, srcNS.Name, snap.Name, "the snapshot kept its source protection after the restore")
+	waitUnprotected(t, snaps, srcNS.Name, "snap", "the snapshot kept its source protection after the restore")
 
 	// The hostpath driver keeps a volume that has snapshots: delete the
 	// snapshot first. The source goes while its clone stays: that clone is

@@ -35,25 +35,17 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	sc := s.class("fs", nil)
 	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
 	_, srcPV := s.waitBound(src.Name)
-	handle, size, err := s.driver.CreateSnapshot(ctx, srcPV.Spec.CSI.VolumeHandle, s.ns+"-snap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e2e.CreateReadySnapshot(ctx, snaps, s.ns, "snap", s.driver.Name, handle, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e2e.DeleteSnapshot(context.WithoutCancel(ctx), snaps, s.ns, snap.Name) })
+	handle, size := s.readySnapshot(snaps, s.ns, srcPV)
 
 	group := "snapshot.storage.k8s.io"
-	restored := s.claim(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("2Gi").DataSource(&group, "VolumeSnapshot", snap.Name))
+	restored := s.claim(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("2Gi").DataSource(&group, "VolumeSnapshot", "snap"))
 	_, pv := s.waitBound(restored.Name)
 	if from := s.contentSource(pv.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
 		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
 	}
-	waitUnprotected(t, snaps, s.ns, snap.Name, "the snapshot kept its source protection after the restore")
+	waitUnprotected(t, snaps, s.ns, "snap", "the snapshot kept its source protection after the restore")
 
-	small := s.claim(testutil.NewPVC(s.ns, "too-small").Class(sc.Name).Size("512Mi").DataSource(&group, "VolumeSnapshot", snap.Name))
+	small := s.claim(testutil.NewPVC(s.ns, "too-small").Class(sc.Name).Size("512Mi").DataSource(&group, "VolumeSnapshot", "snap"))
 	s.waitEvent(s.ns, string(small.UID), corev1.EventTypeWarning, "ProvisioningFailed", "is less than the size "+strconv.FormatInt(size, 10))
 	if got := s.getClaim(small.Name); got.Status.Phase != corev1.ClaimPending || got.Spec.VolumeName != "" {
 		t.Errorf("too small restore: phase %s, volumeName %q; want Pending, none", got.Status.Phase, got.Spec.VolumeName)
@@ -62,7 +54,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	// An orphaned source protection (as a crash would leave it): the sweep
 	// removes it, since no pending claim restores from the snapshot.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, snap.Name, metav1.GetOptions{})
+		got, err := snaps.SnapshotV1().VolumeSnapshots(s.ns).Get(ctx, "snap", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -76,18 +68,9 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, small.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUnprotected(t, snaps, s.ns, snap.Name, "the sweep left an orphaned source protection")
+	waitUnprotected(t, snaps, s.ns, "snap", "the sweep left an orphaned source protection")
 
-	// The hostpath driver keeps a volume that has snapshots: delete the
-	// snapshot first.
-	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, src.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	s.deleteAndWaitGone(restored.Name, pv.Name)
-	s.waitGone(src.Name, srcPV.Name)
+	s.deleteRestore(handle, src.Name, srcPV.Name, restored.Name, pv.Name)
 }
 
 // TestRestoreBeforeSnapshot: a claim restoring from a VolumeSnapshot that
@@ -96,7 +79,6 @@ func TestRestoreFromSnapshot(t *testing.T) {
 // after ten minutes.
 func TestRestoreBeforeSnapshot(t *testing.T) {
 	s := newStack(t, stackConfig{memory: true, beforeSidecar: installSnapshotCRDs(t), sidecarArgs: slowRetries})
-	ctx := t.Context()
 	snaps, err := snapclient.NewForConfig(s.cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -109,31 +91,49 @@ func TestRestoreBeforeSnapshot(t *testing.T) {
 	restored := s.claim(testutil.NewPVC(s.ns, "restored").Class(sc.Name).Size("1Gi").DataSource(&group, "VolumeSnapshot", "snap"))
 	s.waitEvent(s.ns, string(restored.UID), corev1.EventTypeWarning, "ProvisioningFailed", "error getting snapshot snap from api server")
 
-	handle, size, err := s.driver.CreateSnapshot(ctx, srcPV.Spec.CSI.VolumeHandle, s.ns+"-snap")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Created without a status, then made ready, as the snapshot-controller
 	// does.
-	snap, err := e2e.CreateReadySnapshot(ctx, snaps, s.ns, "snap", s.driver.Name, handle, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e2e.DeleteSnapshot(context.WithoutCancel(ctx), snaps, s.ns, snap.Name) })
+	handle, _ := s.readySnapshot(snaps, s.ns, srcPV)
 	_, pv := s.waitBound(restored.Name)
 	if from := s.contentSource(pv.Spec.CSI.VolumeHandle).GetSnapshot().GetSnapshotId(); from != handle {
 		t.Errorf("the restored volume was created from snapshot %q, want %s", from, handle)
 	}
-	waitUnprotected(t, snaps, s.ns, snap.Name, "the snapshot kept its source protection after the restore")
+	waitUnprotected(t, snaps, s.ns, "snap", "the snapshot kept its source protection after the restore")
 
-	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
-		t.Fatal(err)
+	s.deleteRestore(handle, src.Name, srcPV.Name, restored.Name, pv.Name)
+}
+
+// readySnapshot snapshots the volume of pv in the driver and creates in
+// namespace a ready VolumeSnapshot "snap" of it (the test plays the
+// snapshot-controller), deleted when the test ends. It returns the
+// driver's snapshot handle and size.
+func (s *stack) readySnapshot(snaps snapclient.Interface, namespace string, pv *corev1.PersistentVolume) (string, int64) {
+	s.t.Helper()
+	ctx := s.t.Context()
+	handle, size, err := s.driver.CreateSnapshot(ctx, pv.Spec.CSI.VolumeHandle, s.ns+"-snap")
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, src.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := e2e.CreateReadySnapshot(ctx, snaps, namespace, "snap", s.driver.Name, handle, size); err != nil {
+		s.t.Fatal(err)
 	}
-	s.deleteAndWaitGone(restored.Name, pv.Name)
-	s.waitGone(src.Name, srcPV.Name)
+	s.t.Cleanup(func() { _ = e2e.DeleteSnapshot(context.WithoutCancel(ctx), snaps, namespace, "snap") })
+	return handle, size
+}
+
+// deleteRestore deletes the driver's snapshot handle (the hostpath driver
+// keeps a volume that has snapshots), the source claim and the restored
+// claim, and waits until they, their PVs and every driver volume are gone.
+func (s *stack) deleteRestore(handle, src, srcPV, restored, restoredPV string) {
+	s.t.Helper()
+	if err := s.driver.DeleteSnapshot(s.t.Context(), handle); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), src, metav1.DeleteOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.deleteAndWaitGone(restored, restoredPV)
+	s.waitGone(src, srcPV)
 }
 
 // installSnapshotCRDs returns a stackConfig.beforeSidecar hook that
