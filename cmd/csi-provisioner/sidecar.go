@@ -241,7 +241,7 @@ func newProvisionController(ctx context.Context, cfg *Config, client kubernetes.
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.CreateProvisionedPVLimiter(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		controller.ClaimsInformer(prov.LibraryClaimsInformer()),
-		controller.VolumesInformer(factory.Core().V1().PersistentVolumes().Informer()),
+		controller.VolumesInformer(prov.LibraryVolumesInformer()),
 		controller.ClassesInformer(factory.Storage().V1().StorageClasses().Informer()),
 		controller.RetryIntervalMax(cfg.RetryIntervalMax),
 		controller.AddFinalizer(true),

@@ -15,7 +15,8 @@
 // CrossNamespaceVolumeDataSource feature), and so does distributed
 // provisioning (see Node deployment below). A clone waiting for its source
 // to be Bound, a restore for its snapshot to be ready, or a claim for a
-// ReferenceGrant, goes back to the library as soon as that happens
+// ReferenceGrant, goes back to the library as soon as that happens, and so
+// does a Released volume whose deletion waited for its detach
 // (requeue.go). CSI migration and capacity
 // tracking (package capacity) are not part of this package.
 //

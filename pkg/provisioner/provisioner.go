@@ -71,19 +71,20 @@ type Provisioner struct {
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // nil when the caller gave a recorder
 
-	claims     corelisters.PersistentVolumeClaimLister
-	classes    storagelisters.StorageClassLister
-	nodes      corelisters.NodeLister       // nil without VolumeAccessibility
-	csiNodes   storagelisters.CSINodeLister // nil without VolumeAccessibility
-	claimInf   cache.SharedIndexInformer
-	library    *libraryInformer // claimInf as given to the library
-	volumeInf  cache.SharedIndexInformer
-	volumes    *volindex.Index
-	attachInf  cache.SharedIndexInformer // nil without PublishUnpublish
-	hasSynced  []cache.InformerSynced
-	topologies *topologyCache
-	attempts   *ledger
-	node       *nodeDeployment // nil without WithNodeDeployment
+	claims         corelisters.PersistentVolumeClaimLister
+	classes        storagelisters.StorageClassLister
+	nodes          corelisters.NodeLister       // nil without VolumeAccessibility
+	csiNodes       storagelisters.CSINodeLister // nil without VolumeAccessibility
+	claimInf       cache.SharedIndexInformer
+	library        *libraryInformer // claimInf as given to the library
+	libraryVolumes *libraryInformer // volumeInf as given to the library
+	volumeInf      cache.SharedIndexInformer
+	volumes        *volindex.Index
+	attachInf      cache.SharedIndexInformer // nil without PublishUnpublish
+	hasSynced      []cache.InformerSynced
+	topologies     *topologyCache
+	attempts       *ledger
+	node           *nodeDeployment // nil without WithNodeDeployment
 }
 
 // New returns a provisioner for driver. It registers the informers it reads
@@ -142,6 +143,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
 	p.library = &libraryInformer{SharedIndexInformer: p.claimInf}
+	p.libraryVolumes = &libraryInformer{SharedIndexInformer: p.volumeInf}
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
 	volumeIndex, err := volindex.Add(p.volumeInf, p.UIDNamePrefix())
 	if err != nil {
@@ -174,6 +176,9 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		p.hasSynced = append(p.hasSynced, p.attachInf.HasSynced)
 		if err := p.attachInf.AddIndexers(cache.Indexers{indexAttachmentByVolume: attachmentByVolume}); err != nil {
 			return nil, fmt.Errorf("new provisioner: add volume attachment indexer: %w", err)
+		}
+		if err := p.watchDetaches(); err != nil {
+			return nil, fmt.Errorf("new provisioner: watch volume attachments: %w", err)
 		}
 	}
 	return p, nil

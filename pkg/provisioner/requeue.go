@@ -24,14 +24,19 @@ import (
 //   - a claim whose data source is in another namespace, when a
 //     ReferenceGrant of that namespace is created or changed.
 //
-// The library offers no way to queue a claim from outside: it registers its
-// claim event handler on the informer it is given, so the provisioner gives
-// it a wrapper ([Provisioner.LibraryClaimsInformer]) that keeps that
-// handler, and passes it the claim as an update. The library then syncs the
-// claim as after any other change of it; a claim it has nothing to do for
-// costs it a cache read.
+// Likewise for a volume: a Released volume whose deletion was refused
+// because a VolumeAttachment still named it is handed back when the last
+// such attachment is gone.
+//
+// The library offers no way to queue an object from outside: it registers
+// its event handlers on the informers it is given, so the provisioner gives
+// it wrappers ([Provisioner.LibraryClaimsInformer],
+// [Provisioner.LibraryVolumesInformer]) that keep those handlers, and
+// passes them the object as an update. The library then syncs the object as
+// after any other change of it; one it has nothing to do for costs it a
+// cache read.
 
-// libraryInformer is the shared claim informer as handed to the provisioning
+// libraryInformer is a shared informer as handed to the provisioning
 // library: it remembers the handlers registered through it.
 type libraryInformer struct {
 	cache.SharedIndexInformer
@@ -70,14 +75,14 @@ func (i *libraryInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandle
 	return reg, err
 }
 
-// requeue passes claim to the remembered handlers as an update that
-// changed nothing.
-func (i *libraryInformer) requeue(claim *corev1.PersistentVolumeClaim) {
+// requeue passes obj to the remembered handlers as an update that changed
+// nothing.
+func (i *libraryInformer) requeue(obj interface{}) {
 	i.mu.Lock()
 	handlers := i.handlers
 	i.mu.Unlock()
 	for _, h := range handlers {
-		h.OnUpdate(claim, claim)
+		h.OnUpdate(obj, obj)
 	}
 }
 
@@ -87,6 +92,41 @@ func (i *libraryInformer) requeue(claim *corev1.PersistentVolumeClaim) {
 // changed. Give it to one controller only.
 func (p *Provisioner) LibraryClaimsInformer() cache.SharedIndexInformer {
 	return p.library
+}
+
+// LibraryVolumesInformer is LibraryClaimsInformer for volumes
+// (controller.VolumesInformer).
+func (p *Provisioner) LibraryVolumesInformer() cache.SharedIndexInformer {
+	return p.libraryVolumes
+}
+
+// watchDetaches registers attachmentDeleted on the VolumeAttachment
+// informer.
+func (p *Provisioner) watchDetaches() error {
+	_, err := p.attachInf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: p.attachmentDeleted})
+	return err
+}
+
+// attachmentDeleted queues, in the library, a Released or Failed volume
+// that the deleted VolumeAttachment named, once no other attachment names
+// it: its deletion was refused while attached (checkDetached).
+func (p *Provisioner) attachmentDeleted(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	names, _ := attachmentByVolume(obj)
+	for _, name := range names {
+		if left, err := p.attachInf.GetIndexer().ByIndex(indexAttachmentByVolume, name); err != nil || len(left) > 0 {
+			continue
+		}
+		item, exists, err := p.volumeInf.GetStore().GetByKey(name)
+		if err != nil || !exists {
+			continue
+		}
+		if pv, ok := item.(*corev1.PersistentVolume); ok && (pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed) {
+			p.libraryVolumes.requeue(pv)
+		}
+	}
 }
 
 // watchCloneSources registers cloneSourceChanged on the claim informer. It

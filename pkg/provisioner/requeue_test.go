@@ -8,6 +8,8 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,7 +41,8 @@ func (l *libraryHandler) OnUpdate(old, obj interface{}) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.queued = append(l.queued, obj.(*corev1.PersistentVolumeClaim).Name)
+	m, _ := meta.Accessor(obj)
+	l.queued = append(l.queued, m.GetName())
 }
 
 func (l *libraryHandler) names() []string {
@@ -50,11 +53,20 @@ func (l *libraryHandler) names() []string {
 	return names
 }
 
-// libraryOn registers a libraryHandler as the library does.
+// libraryOn registers a libraryHandler as the library does on its claim
+// informer; volumesOn on its volume informer.
 func libraryOn(t *testing.T, p *Provisioner) *libraryHandler {
+	return handlerOn(t, p.LibraryClaimsInformer())
+}
+
+func volumesOn(t *testing.T, p *Provisioner) *libraryHandler {
+	return handlerOn(t, p.LibraryVolumesInformer())
+}
+
+func handlerOn(t *testing.T, inf cache.SharedIndexInformer) *libraryHandler {
 	t.Helper()
 	l := &libraryHandler{}
-	if _, err := p.LibraryClaimsInformer().AddEventHandlerWithResyncPeriod(l, 0); err != nil {
+	if _, err := inf.AddEventHandlerWithResyncPeriod(l, 0); err != nil {
 		t.Fatal(err)
 	}
 	return l
@@ -277,6 +289,41 @@ func TestRequeueRestores(t *testing.T) {
 			h := newHarness(t, snapshotCaps(), claims, opts...)
 			lib := libraryOn(t, h.p)
 			tt.event(h.p)
+			if got := lib.names(); !slices.Equal(got, tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRequeueDetached(t *testing.T) {
+	caps := baseCaps()
+	caps.PublishUnpublish = true
+	volumes := []runtime.Object{
+		testutil.NewPV("released", testDriver).Phase(corev1.VolumeReleased).Obj(),
+		testutil.NewPV("failed", testDriver).Phase(corev1.VolumeFailed).Obj(),
+		testutil.NewPV("bound", testDriver).Phase(corev1.VolumeBound).Obj(),
+		testutil.NewPV("twice", testDriver).Phase(corev1.VolumeReleased).Obj(),
+		attachment("still-there", "twice", "node-b"), // the other attachment of "twice"
+	}
+	tests := []struct {
+		name    string
+		deleted interface{}
+		want    []string
+	}{
+		{"the last attachment of a Released volume", attachment("a", "released", "node-a"), []string{"released"}},
+		{"the last attachment of a Failed volume", attachment("a", "failed", "node-a"), []string{"failed"}},
+		{"seen as a tombstone", cache.DeletedFinalStateUnknown{Key: "a", Obj: attachment("a", "released", "node-a")}, []string{"released"}},
+		{"a Bound volume", attachment("a", "bound", "node-a"), nil},
+		{"another attachment left", attachment("a", "twice", "node-a"), nil},
+		{"a volume not cached", attachment("a", "gone", "node-a"), nil},
+		{"an attachment of no volume", &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "inline"}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, caps, volumes)
+			lib := volumesOn(t, h.p)
+			h.p.attachmentDeleted(tt.deleted)
 			if got := lib.names(); !slices.Equal(got, tt.want) {
 				t.Errorf("queued %v, want %v", got, tt.want)
 			}
