@@ -76,7 +76,7 @@ type Provisioner struct {
 	nodes          corelisters.NodeLister       // nil without VolumeAccessibility
 	csiNodes       storagelisters.CSINodeLister // nil without VolumeAccessibility
 	claimInf       cache.SharedIndexInformer
-	library        *libraryInformer // claimInf as given to the library
+	libraryClaims  *libraryInformer // claimInf as given to the library
 	libraryVolumes *libraryInformer // volumeInf as given to the library
 	volumeInf      cache.SharedIndexInformer
 	volumes        *volindex.Index
@@ -142,7 +142,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	classes := factory.Storage().V1().StorageClasses()
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
-	p.library = &libraryInformer{SharedIndexInformer: p.claimInf}
+	p.libraryClaims = &libraryInformer{SharedIndexInformer: p.claimInf}
 	p.libraryVolumes = &libraryInformer{SharedIndexInformer: p.volumeInf}
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
 	volumeIndex, err := volindex.Add(p.volumeInf, p.UIDNamePrefix())

@@ -91,7 +91,7 @@ func (i *libraryInformer) requeue(obj interface{}) {
 // provisioner can queue a claim in the library when what it waited for
 // changed. Give it to one controller only.
 func (p *Provisioner) LibraryClaimsInformer() cache.SharedIndexInformer {
-	return p.library
+	return p.libraryClaims
 }
 
 // LibraryVolumesInformer is LibraryClaimsInformer for volumes
@@ -156,7 +156,7 @@ func (p *Provisioner) requeueClones(key string) {
 	}
 	for _, obj := range objs {
 		if clone, ok := obj.(*corev1.PersistentVolumeClaim); ok && waiting(clone) {
-			p.library.requeue(clone)
+			p.libraryClaims.requeue(clone)
 		}
 	}
 }
@@ -202,7 +202,7 @@ func snapshotReady(snap *snapv1.VolumeSnapshot) bool {
 func (p *Provisioner) requeueRestores(key string) {
 	for _, obj := range p.claimInf.GetStore().List() {
 		if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok && waiting(claim) && p.restoreSourceOf(claim) == key {
-			p.library.requeue(claim)
+			p.libraryClaims.requeue(claim)
 		}
 	}
 }
@@ -223,7 +223,7 @@ func (p *Provisioner) ReferenceGrantHandler() cache.ResourceEventHandler {
 				continue
 			}
 			if ref, ok := sourceRefOf(claim); ok && ref.namespace == grant.GetNamespace() {
-				p.library.requeue(claim)
+				p.libraryClaims.requeue(claim)
 			}
 		}
 	}
