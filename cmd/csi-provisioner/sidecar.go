@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -167,7 +168,9 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			wg.Go(func() { capacityCtl.Run(ctx, cfg.CapacityThreads) })
 			synced["capacity"] = capacityCtl.HasSynced
 		}
-		if !sources.run(ctx, &wg, synced) {
+		// The library waits for its own informers only; the provisioner
+		// also reads attachments, nodes and CSINodes.
+		if !sources.run(ctx, &wg, synced) || !cache.WaitForCacheSync(ctx.Done(), prov.HasSynced) {
 			return
 		}
 		health.add("informers", func(context.Context) error {

@@ -28,7 +28,9 @@ import (
 //     and one without node affinity (see the package documentation).
 //   - While any VolumeAttachment names the PV (and the driver publishes
 //     volumes), it returns "persistentvolume <pv> is still attached to node
-//     <node>"; the library retries.
+//     <node>"; the library retries. ShouldDelete keeps such volumes from
+//     Delete in the first place; this covers an attachment created between
+//     the two.
 //   - The secrets are those named by the PV's deletion-secret annotations.
 //     A PV without the annotations (written by old provisioners) resolves
 //     them from its StorageClass with the claimRef's name and namespace. A
@@ -72,15 +74,60 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	return err
 }
 
-// checkDetached fails while a VolumeAttachment names pv. Only drivers that
+// ShouldDelete is the library's DeletionGuard. A Released volume with
+// reclaim policy Delete that a VolumeAttachment still names is not handed
+// to Delete: the usual order when a pod and its claim go together is that
+// the claim goes first and the detach follows. Upstream fails Delete then,
+// with a Warning VolumeFailedDelete at every retry of the library's backoff
+// (external-provisioner issue #1574); here the volume gets one Normal
+// VolumeDelete event per node it waits for, and no retry: the deletion of
+// its last VolumeAttachment hands it back to the library (requeue.go),
+// whose periodic resync of every volume is the safety net. Delete checks
+// the attachments again. Every other volume is left to the library's own
+// checks.
+func (p *Provisioner) ShouldDelete(ctx context.Context, pv *corev1.PersistentVolume) bool {
+	if p.attachInf == nil || pv.Status.Phase != corev1.VolumeReleased ||
+		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+		return true
+	}
+	node, attached, err := p.attachedTo(pv)
+	if err != nil || !attached {
+		return true // Delete reports it
+	}
+	klog.FromContext(ctx).V(4).Info("Deleting the volume once it is detached", "pv", klog.KObj(pv), "node", node)
+	p.recorder.Event(pv, corev1.EventTypeNormal, reasonVolumeDelete,
+		fmt.Sprintf("persistentvolume %s is still attached to node %s: it is deleted once detached", pv.Name, node))
+	return false
+}
+
+// checkDetached fails while a VolumeAttachment names pv, or while the
+// attachments are not known yet. Only drivers that
 // publish volumes have VolumeAttachments.
 func (p *Provisioner) checkDetached(pv *corev1.PersistentVolume) error {
+	node, attached, err := p.attachedTo(pv)
+	switch {
+	case err != nil:
+		return err
+	case attached:
+		return fmt.Errorf("persistentvolume %s is still attached to node %s", pv.Name, node)
+	}
+	return nil
+}
+
+// attachedTo returns the node of the first VolumeAttachment (by name) that
+// names pv, and whether there is one; false for a driver that does not
+// publish volumes. Until the attachments are in the cache it fails: a
+// volume must not be deleted because its attachment was not read yet.
+func (p *Provisioner) attachedTo(pv *corev1.PersistentVolume) (string, bool, error) {
 	if p.attachInf == nil {
-		return nil
+		return "", false, nil
+	}
+	if !p.attachInf.HasSynced() {
+		return "", false, fmt.Errorf("volumeattachments not read yet: not deleting persistentvolume %s before its attachments are known", pv.Name)
 	}
 	objs, err := p.attachInf.GetIndexer().ByIndex(indexAttachmentByVolume, pv.Name)
 	if err != nil {
-		return fmt.Errorf("list volumeattachments of %s: %w", pv.Name, err)
+		return "", false, fmt.Errorf("list volumeattachments of %s: %w", pv.Name, err)
 	}
 	var attached []*storagev1.VolumeAttachment
 	for _, obj := range objs {
@@ -89,10 +136,10 @@ func (p *Provisioner) checkDetached(pv *corev1.PersistentVolume) error {
 		}
 	}
 	if len(attached) == 0 {
-		return nil
+		return "", false, nil
 	}
 	slices.SortFunc(attached, func(a, b *storagev1.VolumeAttachment) int { return strings.Compare(a.Name, b.Name) })
-	return fmt.Errorf("persistentvolume %s is still attached to node %s", pv.Name, attached[0].Spec.NodeName)
+	return attached[0].Spec.NodeName, true, nil
 }
 
 // deletionSecrets returns the data of the secret DeleteVolume needs for pv,

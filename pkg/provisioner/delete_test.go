@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -161,5 +165,70 @@ func TestDelete(t *testing.T) {
 				t.Errorf("secret GETs = %d, want %d", gets, tt.wantGets)
 			}
 		})
+	}
+}
+
+// TestShouldDelete: a Released volume with reclaim policy Delete waits for
+// its detach without reaching Delete (one Normal event); every other
+// volume is left to the library's checks.
+func TestShouldDelete(t *testing.T) {
+	publish := baseCaps()
+	publish.PublishUnpublish = true
+	attached := objs(attachment("va-b", "pv1", "node-b"), attachment("va-a", "pv1", "node-a"))
+	tests := []struct {
+		name      string
+		caps      csiclient.Capabilities
+		pv        *corev1.PersistentVolume
+		objs      []runtime.Object
+		want      bool
+		wantEvent string
+	}{
+		{
+			name: "Released, attached: waits", caps: publish, pv: provisionedPV("", "").Obj(), objs: attached,
+			wantEvent: "Normal VolumeDelete persistentvolume pv1 is still attached to node node-a: it is deleted once detached",
+		},
+		{name: "Released, detached", caps: publish, pv: provisionedPV("", "").Obj(), objs: objs(attachment("va-other", "pv2", "node-c")), want: true},
+		{name: "Bound, attached", caps: publish, pv: provisionedPV("", "").Phase(corev1.VolumeBound).Obj(), objs: attached, want: true},
+		{name: "Released, Retain, attached", caps: publish, pv: provisionedPV("", "").ReclaimPolicy(corev1.PersistentVolumeReclaimRetain).Obj(), objs: attached, want: true},
+		{name: "driver does not publish", caps: baseCaps(), pv: provisionedPV("", "").Obj(), objs: attached, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, tt.caps, append(tt.objs, tt.pv))
+			if got := h.p.ShouldDelete(h.ctx, tt.pv); got != tt.want {
+				t.Errorf("ShouldDelete = %v, want %v", got, tt.want)
+			}
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
+			}
+			if got := h.events(); !slices.Equal(got, want) {
+				t.Errorf("events %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestDeleteBeforeAttachmentsKnown: until the VolumeAttachment cache has
+// synced, no volume is deleted (it could still be attached).
+func TestDeleteBeforeAttachmentsKnown(t *testing.T) {
+	caps := baseCaps()
+	caps.PublishUnpublish = true
+	pv := provisionedPV("", "").Obj()
+	client := fake.NewClientset(pv)
+	driver := &fakeDriver{caps: caps}
+	// The factory is never started: no cache has synced.
+	p, err := New(client, driver, informers.NewSharedInformerFactory(client, 0), WithEventRecorder(record.NewFakeRecorder(10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(t.Context(), pv); err == nil || !strings.Contains(err.Error(), "volumeattachments not read yet") {
+		t.Errorf("Delete = %v, want the attachments not read yet", err)
+	}
+	if !p.ShouldDelete(t.Context(), pv) {
+		t.Error("ShouldDelete = false; want true, for Delete to report it")
+	}
+	if calls := driver.deleteCalls(); len(calls) != 0 {
+		t.Errorf("DeleteVolume called %d times", len(calls))
 	}
 }

@@ -31,6 +31,7 @@ const (
 	reasonProvisioning       = "Provisioning"
 	reasonProvisioningFailed = "ProvisioningFailed"
 	reasonVolumeFailedDelete = "VolumeFailedDelete"
+	reasonVolumeDelete       = "VolumeDelete" // a volume waiting for its detach (see ShouldDelete)
 )
 
 // Names of the indexers the provisioner adds to the shared informers.
@@ -55,6 +56,7 @@ var (
 	_ controller.Provisioner      = (*Provisioner)(nil)
 	_ controller.Qualifier        = (*Provisioner)(nil)
 	_ controller.BlockProvisioner = (*Provisioner)(nil)
+	_ controller.DeletionGuard    = (*Provisioner)(nil)
 )
 
 // Provisioner creates and deletes the volumes of one CSI driver for

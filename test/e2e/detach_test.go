@@ -11,11 +11,11 @@ import (
 )
 
 // TestDeleteAfterDetach: with a driver that publishes volumes, a Released
-// volume that a VolumeAttachment still names is not deleted (a Warning
-// on the PV); it is deleted as soon as the attachment goes, although the
-// provisioning library would retry it only after ten minutes. The test
-// plays the attach/detach controller: it creates and deletes the
-// VolumeAttachment.
+// volume that a VolumeAttachment still names is not deleted (one Normal
+// event on the PV, no Warning); it is deleted as soon as the attachment
+// goes, although the provisioning library would retry a failed deletion
+// only after ten minutes. The test plays the attach/detach controller: it
+// creates and deletes the VolumeAttachment.
 func TestDeleteAfterDetach(t *testing.T) {
 	s := newStack(t, stackConfig{memory: true, driverArgs: []string{"--enable-attach"}, sidecarArgs: slowRetries})
 	ctx := t.Context()
@@ -37,9 +37,12 @@ func TestDeleteAfterDetach(t *testing.T) {
 	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitEvent(metav1.NamespaceDefault, string(pv.UID), corev1.EventTypeWarning, "VolumeFailedDelete", "is still attached to node node-a")
+	s.waitEvent(metav1.NamespaceDefault, string(pv.UID), corev1.EventTypeNormal, "VolumeDelete", "is still attached to node node-a: it is deleted once detached")
 	if vols, err := s.driver.ListVolumes(ctx); err != nil || len(vols) != 1 {
 		t.Fatalf("the driver's volumes while attached: %d, %v; want the one", len(vols), err)
+	}
+	if got := s.events(metav1.NamespaceDefault, string(pv.UID)); len(got) != 1 {
+		t.Errorf("events of the attached PV %q, want only the Normal VolumeDelete", got)
 	}
 
 	if err := s.c.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{}); err != nil {
