@@ -85,9 +85,20 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 // whose periodic resync of every volume is the safety net. Delete checks
 // the attachments again. Every other volume is left to the library's own
 // checks.
+//
+// In node deployment a volume that is not this node's is not handed to
+// Delete either (checkVolumeNode): every node's library would count the
+// ignored deletion as a deletion in its metrics.
 func (p *Provisioner) ShouldDelete(ctx context.Context, pv *corev1.PersistentVolume) bool {
-	if p.attachInf == nil || pv.Status.Phase != corev1.VolumeReleased ||
-		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+	if pv.Status.Phase != corev1.VolumeReleased || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+		return true
+	}
+	if p.node != nil {
+		if source, err := p.csiVolume(klog.FromContext(ctx), pv); err == nil && source != nil && p.checkVolumeNode(ctx, pv) != nil {
+			return false
+		}
+	}
+	if p.attachInf == nil {
 		return true
 	}
 	node, attached, err := p.attachedTo(pv)

@@ -126,7 +126,8 @@
 //     lacks the capacity tries again the next time the library syncs the
 //     claim (an update of the claim, or the library's resync).
 //   - A PV is deleted by the node its node affinity allows; every other
-//     node ignores it. A PV without node affinity is never deleted in this
+//     node ignores it (ShouldDelete turns it down, so the library neither
+//     calls Delete nor counts a deletion in its metrics). A PV without node affinity is never deleted in this
 //     mode: each node's driver would answer DeleteVolume for a volume it
 //     does not have with success (CSI deletes are idempotent), so the PV
 //     would be removed while the real volume leaks on its node. Such PVs

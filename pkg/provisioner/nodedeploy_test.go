@@ -573,6 +573,8 @@ func TestNodeDeploymentTopology(t *testing.T) {
 
 // TestNodeDeploymentDelete covers which node deletes a volume: the one its
 // node affinity allows; never anyone for a volume without node affinity.
+// The others are turned down by ShouldDelete already, and Delete ignores
+// them too.
 func TestNodeDeploymentDelete(t *testing.T) {
 	pv := func() *testutil.PVBuilder { return provisionedPV("", "") }
 	withTerms := func(terms ...corev1.NodeSelectorTerm) *corev1.PersistentVolume {
@@ -615,6 +617,11 @@ func TestNodeDeploymentDelete(t *testing.T) {
 				}))
 			}
 			h := newHarness(t, baseCaps(), objs(tt.pv), opts...)
+			// The library asks ShouldDelete first: a volume this node
+			// ignores does not reach Delete (nor the library's metrics).
+			if got, want := h.p.ShouldDelete(h.ctx, tt.pv), tt.wantIgnored == ""; got != want {
+				t.Errorf("ShouldDelete = %v, want %v", got, want)
+			}
 			err := h.p.Delete(h.ctx, tt.pv)
 			events := h.events()
 			if tt.wantEvent == "" && len(events) > 0 || tt.wantEvent != "" && (len(events) != 1 || !strings.HasPrefix(events[0], tt.wantEvent)) {
