@@ -127,12 +127,13 @@
 //     claim (an update of the claim, or the library's resync).
 //   - A PV is deleted by the node its node affinity allows; every other
 //     node ignores it (ShouldDelete turns it down, so the library neither
-//     calls Delete nor counts a deletion in its metrics). A PV without node affinity is never deleted in this
-//     mode: each node's driver would answer DeleteVolume for a volume it
-//     does not have with success (CSI deletes are idempotent), so the PV
-//     would be removed while the real volume leaks on its node. Such PVs
-//     are left to an administrator, with a Warning VolumeFailedDelete event
-//     on the PV from every node. A driver that reports no topology has no
+//     calls Delete nor counts a deletion in its metrics). A PV without
+//     node affinity is never deleted in this mode: each node's driver
+//     would answer DeleteVolume for a volume it does not have with success
+//     (CSI deletes are idempotent), so the PV would be removed while the
+//     real volume leaks on its node. Such PVs are left to an
+//     administrator, with a Warning VolumeFailedDelete event on the PV
+//     from every node. A driver that reports no topology has no
 //     node-local volumes: any node deletes its PVs, as upstream.
 //   - The in-flight guard of a node acts only on claims selected for that
 //     node (and on a delayed-binding claim this node rescheduled after a
