@@ -13,12 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/internal/cachetrim"
 )
 
 // Restoring from a VolumeSnapshot, as upstream: a claim whose data source
@@ -179,7 +180,11 @@ func WithSnapshotInformer(inf cache.SharedIndexInformer) Option {
 
 // NewSnapshotInformer returns an informer of the VolumeSnapshots of every
 // namespace, through snaps, for [WithSnapshotInformer]; the cache keeps no
-// managedFields. The caller runs it.
+// managedFields (cachetrim). The caller runs it. It is not external-
+// snapshotter's generated informer: in client/v8 v8.6.0 that one lists and
+// watches without the caller's context and without asking the client
+// whether it supports streaming lists, so it never syncs on a fake
+// clientset.
 func NewSnapshotInformer(snaps snapclient.Interface) cache.SharedIndexInformer {
 	c := snaps.SnapshotV1().VolumeSnapshots(metav1.NamespaceAll)
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
@@ -191,13 +196,7 @@ func NewSnapshotInformer(snaps snapclient.Interface) cache.SharedIndexInformer {
 		},
 	}, snaps)
 	inf := cache.NewSharedIndexInformer(lw, &snapv1.VolumeSnapshot{}, 0, cache.Indexers{})
-	// Cannot fail: the informer has not started.
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if m, err := meta.Accessor(obj); err == nil {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	_ = inf.SetTransform(cachetrim.New().Transform) // cannot fail: the informer has not started
 	return inf
 }
 
