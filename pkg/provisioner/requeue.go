@@ -51,20 +51,15 @@ func (i *libraryInformer) remember(h cache.ResourceEventHandler) {
 	i.handlers = append(i.handlers, h)
 }
 
+// AddEventHandler and AddEventHandlerWithResyncPeriod are
+// AddEventHandlerWithOptions, as in client-go's informer: the embedded
+// informer's own methods would bypass remember.
 func (i *libraryInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
-	reg, err := i.SharedIndexInformer.AddEventHandler(h)
-	if err == nil {
-		i.remember(h)
-	}
-	return reg, err
+	return i.AddEventHandlerWithOptions(h, cache.HandlerOptions{})
 }
 
 func (i *libraryInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, resync time.Duration) (cache.ResourceEventHandlerRegistration, error) {
-	reg, err := i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, resync)
-	if err == nil {
-		i.remember(h)
-	}
-	return reg, err
+	return i.AddEventHandlerWithOptions(h, cache.HandlerOptions{ResyncPeriod: &resync})
 }
 
 func (i *libraryInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, opts cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
