@@ -36,13 +36,10 @@ func snapshotInformer(ctx context.Context, caps csiclient.Capabilities, client k
 	const resource = "volumesnapshots"
 	gv := snapv1.SchemeGroupVersion
 	list, err := disc.ServerResourcesForGroupVersionWithContext(ctx, gv.String())
-	switch {
-	case apierrors.IsNotFound(err):
-		logger.Info("The API server does not serve VolumeSnapshots: restores wait for them with the library's backoff", "groupVersion", gv.String())
-		return nil, nil
-	case err != nil:
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("discover %s: %w", gv, err)
-	case !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }):
+	}
+	if err != nil || !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }) {
 		logger.Info("The API server does not serve VolumeSnapshots: restores wait for them with the library's backoff", "groupVersion", gv.String())
 		return nil, nil
 	}

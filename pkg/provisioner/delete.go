@@ -112,8 +112,8 @@ func (p *Provisioner) ShouldDelete(ctx context.Context, pv *corev1.PersistentVol
 }
 
 // checkDetached fails while a VolumeAttachment names pv, or while the
-// attachments are not known yet. Only drivers that
-// publish volumes have VolumeAttachments.
+// attachments are not known yet. Only drivers that publish volumes have
+// VolumeAttachments.
 func (p *Provisioner) checkDetached(pv *corev1.PersistentVolume) error {
 	node, attached, err := p.attachedTo(pv)
 	switch {
