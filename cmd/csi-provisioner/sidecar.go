@@ -168,11 +168,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			wg.Go(func() { capacityCtl.Run(ctx, cfg.CapacityThreads) })
 			synced["capacity"] = capacityCtl.HasSynced
 		}
-		// The library waits for its own informers only; the provisioner
-		// also reads attachments, nodes and CSINodes.
-		if !sources.run(ctx, &wg, synced) || !cache.WaitForCacheSync(ctx.Done(), prov.HasSynced) {
-			return
-		}
+		sources.run(ctx, &wg, synced)
 		health.add("informers", func(context.Context) error {
 			for name, hasSynced := range synced {
 				if !hasSynced() {
@@ -181,6 +177,11 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			}
 			return nil
 		})
+		// The library waits for its own informers only; the provisioner
+		// also reads attachments, nodes, CSINodes and the grants.
+		if !cache.WaitForCacheSync(ctx.Done(), prov.HasSynced, sources.hasSynced) {
+			return
+		}
 		lib.Run(ctx) // returns when ctx is done
 	}
 

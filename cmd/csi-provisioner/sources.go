@@ -60,18 +60,20 @@ func (s *sourceInformers) watch(prov *provisioner.Provisioner) error {
 	return nil
 }
 
-// run runs them on wg until ctx is done and adds the grants to synced. It
-// returns once the grants are synced, false when ctx ended first: a claim
-// handled before the grants are known would be refused and wait for its
-// retry.
-func (s *sourceInformers) run(ctx context.Context, wg *sync.WaitGroup, synced map[string]func() bool) bool {
+// run runs them on wg until ctx is done and adds the grants to synced.
+func (s *sourceInformers) run(ctx context.Context, wg *sync.WaitGroup, synced map[string]func() bool) {
 	if s.snapshots != nil {
 		wg.Go(func() { s.snapshots.RunWithContext(ctx) })
 	}
-	if s.grants == nil {
-		return true
+	if s.grants != nil {
+		wg.Go(func() { s.grants.RunWithContext(ctx) })
+		synced["referencegrants"] = s.grants.HasSynced
 	}
-	wg.Go(func() { s.grants.RunWithContext(ctx) })
-	synced["referencegrants"] = s.grants.HasSynced
-	return cache.WaitForCacheSync(ctx.Done(), s.grants.HasSynced)
+}
+
+// hasSynced reports whether the grants are known (true without them): a
+// claim handled before would be refused and wait for its retry. The
+// snapshot cache is optional: its users fall back without it.
+func (s *sourceInformers) hasSynced() bool {
+	return s.grants == nil || s.grants.HasSynced()
 }
