@@ -125,6 +125,12 @@
 //     is provisioned when it comes back with this node selected. A node that
 //     lacks the capacity tries again the next time the library syncs the
 //     claim (an update of the claim, or the library's resync).
+//   - An Immediate claim that no node takes is explained by one Warning
+//     ProvisioningFailed event (nodewait.go): a node that declined it for
+//     capacity posts it if the claim is still untaken 1.5 × MaxDelay
+//     later, and with ImmediateBinding off the first node to see the claim
+//     posts it at once. All nodes give the event the same name, so the
+//     first create wins and the claim gets one, however many nodes decline.
 //   - A PV is deleted by the node its node affinity allows; every other
 //     node ignores it (ShouldDelete turns it down, so the library neither
 //     calls Delete nor counts a deletion in its metrics). A PV without

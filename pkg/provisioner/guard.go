@@ -209,9 +209,7 @@ func (p *Provisioner) forgetClaim(obj interface{}) {
 	}
 	if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 		p.attempts.forget(claim.UID)
-		if p.node != nil {
-			p.node.delays.forget(claim.UID)
-		}
+		p.node.forget(claim.UID)
 	}
 }
 

@@ -91,6 +91,9 @@ type nodeDeployment struct {
 	csiNodes storagelisters.CSINodeLister
 	delays   *ownerDelays
 	poll     time.Duration
+	// explained holds the claims this node explained, or will, as
+	// untaken (nodewait.go).
+	explained explained
 }
 
 // newNodeDeployment builds the static Node and CSINode of this node
@@ -123,14 +126,6 @@ func newNodeDeployment(nd NodeDeployment, driver string) (*nodeDeployment, error
 		delays:         newOwnerDelays(nd.BaseDelay, nd.MaxDelay, rand.Float64),
 		poll:           max(nd.BaseDelay/100, minOwnerPoll),
 	}, nil
-}
-
-// forgetDelay drops the claim's delay before taking it, once it is
-// provisioned. Without node deployment (nd is nil) it does nothing.
-func (nd *nodeDeployment) forgetDelay(uid types.UID) {
-	if nd != nil {
-		nd.delays.forget(uid)
-	}
 }
 
 // selectedNodeName is the claim's selected node, "" for none.
@@ -176,6 +171,7 @@ func (p *Provisioner) nodeShouldProvision(ctx context.Context, claim *corev1.Per
 		return false
 	case !p.node.ImmediateBinding:
 		logger.V(4).Info("Not taking a claim with immediate binding: immediate binding is off in node deployment")
+		p.explainImmediateOff(ctx, claim, className)
 		return false
 	}
 	owned, taken, _, err := p.becomeOwner(ctx, claim, class)
@@ -281,9 +277,10 @@ func (p *Provisioner) becomeOwner(ctx context.Context, claim *corev1.PersistentV
 	}
 
 	if p.node.GetCapacity != nil {
-		if err := p.checkNodeCapacity(ctx, cur, class); err != nil {
-			logger.V(4).Info("Not taking the claim", "reason", err)
-			return nil, false, controller.ProvisioningNoChange, err
+		if reason := p.checkNodeCapacity(ctx, cur, class); reason != "" {
+			logger.V(2).Info("Not taking the claim", "reason", reason)
+			p.explainNoCapacity(ctx, cur, reason)
+			return nil, false, controller.ProvisioningNoChange, &controller.IgnoredError{Reason: reason}
 		}
 	}
 
@@ -321,13 +318,14 @@ func (p *Provisioner) unowned(claim *corev1.PersistentVolumeClaim) (*corev1.Pers
 		}
 		reason = fmt.Sprintf("node %s took the claim", selected)
 	}
-	p.node.delays.forget(claim.UID)
+	p.node.forget(claim.UID)
 	return nil, &controller.IgnoredError{Reason: reason}
 }
 
-// checkNodeCapacity asks the driver whether this node has room for claim;
-// an IgnoredError if not, or if the driver cannot tell.
-func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {
+// checkNodeCapacity asks the driver whether this node has room for claim.
+// It returns "" if so, otherwise why not (too little room, or the driver
+// cannot tell).
+func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) string {
 	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	requested := request.Value()
 	req := &csi.GetCapacityRequest{Parameters: class.Parameters}
@@ -336,16 +334,15 @@ func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.Persi
 	}
 	resp, err := p.node.GetCapacity(ctx, req)
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("GetCapacity failed; not taking the claim now", "err", err)
-		return &controller.IgnoredError{Reason: fmt.Sprintf("capacity of node %s unknown: GetCapacity: %v", p.node.NodeName, err)}
+		return fmt.Sprintf("capacity of node %s unknown: GetCapacity: %v", p.node.NodeName, err)
 	}
 	if maxSize := resp.GetMaximumVolumeSize(); maxSize != nil && maxSize.GetValue() < requested {
-		return &controller.IgnoredError{Reason: fmt.Sprintf("node %s has not enough capacity: maximum volume size %d bytes, %d requested", p.node.NodeName, maxSize.GetValue(), requested)}
+		return fmt.Sprintf("node %s has not enough capacity: maximum volume size %d bytes, %d requested", p.node.NodeName, maxSize.GetValue(), requested)
 	}
 	if available := resp.GetAvailableCapacity(); available < requested {
-		return &controller.IgnoredError{Reason: fmt.Sprintf("node %s has not enough capacity: %d bytes available, %d requested", p.node.NodeName, available, requested)}
+		return fmt.Sprintf("node %s has not enough capacity: %d bytes available, %d requested", p.node.NodeName, available, requested)
 	}
-	return nil
+	return ""
 }
 
 // ownedCopy returns the copy of claim that Provision goes on with in node
@@ -385,7 +382,7 @@ func (p *Provisioner) nodeGuards(claim *corev1.PersistentVolumeClaim) bool {
 		return err == nil && lateBinding(class)
 	default:
 		// Another node took it: this one will not try to.
-		p.node.delays.forget(claim.UID)
+		p.node.forget(claim.UID)
 		return false
 	}
 }

@@ -178,7 +178,7 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)
 	p.attempts.forget(claim.UID)
-	p.node.forgetDelay(claim.UID)
+	p.node.forget(claim.UID)
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
 	return pv, controller.ProvisioningFinished, nil
 }

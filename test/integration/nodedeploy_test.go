@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ const selectedNodeAnn = "volume.kubernetes.io/selected-node"
 // volumes of either class, refreshed by PV events). Deleting the claims
 // deletes every volume through the sidecar of its node only: with
 // node B's sidecar down, B's PVs stay and B's volumes with
-// them, until B's sidecar is back; no driver keeps a volume.
+// them, until B's sidecar is back; no driver keeps a volume. A claim no
+// node has room for gets one Warning that says so.
 func TestNodeDeployment(t *testing.T) {
 	const immediate = 6
 	cp := controlplane.StartForTest(t, controlplane.Config{
@@ -77,6 +79,40 @@ func TestNodeDeployment(t *testing.T) {
 		if len(from) > 1 {
 			t.Errorf("claim %s: Provisioning events from %d sidecars %v, want only the node that took it", claim, len(from), slices.Collect(maps.Keys(from)))
 		}
+	}
+
+	// A claim neither node has room for (each has 10Gi) stays Pending, and
+	// one event, from whichever node posts it first, says why; the other
+	// node's create of the same event finds it there.
+	tooBig := e.createClaim(testutil.NewPVC(e.ns, "too-big").Class(imm.Name).Size("20Gi"))
+	var posted string
+	testutil.Eventually(t, 0, "the event that explains claim too-big", func(ctx context.Context) (bool, error) {
+		ev, err := e.c.CoreV1().Events(e.ns).Get(ctx, string(tooBig.UID)+".no-node-takes-it", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if _, ok := nodes[ev.Source.Host]; !ok || ev.Type != corev1.EventTypeWarning || ev.Reason != "ProvisioningFailed" ||
+			ev.InvolvedObject.UID != tooBig.UID ||
+			!strings.Contains(ev.Message, fmt.Sprintf("no node took the claim within 600ms: node %s has not enough capacity: ", ev.Source.Host)) {
+			return false, fmt.Errorf("event %s: %s %s %q from %q", ev.Name, ev.Type, ev.Reason, ev.Message, ev.Source.Host)
+		}
+		posted = ev.Source.Host
+		return true, nil
+	})
+	for node, s := range nodes {
+		want := "Another node already explained why no node takes the claim"
+		if node == posted {
+			want = "No node takes the claim"
+		}
+		if err := s.sidecar.WaitLog(t.Context(), want); err != nil {
+			t.Errorf("node %s: %v", node, err)
+		}
+	}
+	if c, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Get(t.Context(), tooBig.Name, metav1.GetOptions{}); err != nil || c.Spec.VolumeName != "" || c.Annotations[selectedNodeAnn] != "" {
+		t.Errorf("claim too-big: %v, %v; want it Pending, taken by no node", c, err)
 	}
 
 	// Each volume is in the driver of the claim's node, and only there.

@@ -1,0 +1,138 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// untakenEventSuffix ends the name of the event that explains why no node
+// takes a claim: "<claim UID>" + untakenEventSuffix. Every node uses the same
+// name, so the first node's create wins and the others get AlreadyExists:
+// one event per claim, however many nodes decline it.
+const untakenEventSuffix = ".no-node-takes-it"
+
+// untakenGraceFactor times MaxDelay is how long a node that declined a
+// claim for capacity waits before it explains the claim: every node tries
+// a claim it sees for the first time within 1.5 × BaseDelay, so by then
+// any node with room has taken it, and no event is posted for a claim
+// that merely went to another node.
+const untakenGraceFactor = 1.5
+
+// explained remembers the claims (by UID) for which this node scheduled or
+// posted its explanation, so that it does so once per claim; an entry is
+// dropped when the claim is provisioned, gone or taken (nodeDeployment.forget).
+type explained struct {
+	mu   sync.Mutex
+	uids map[types.UID]struct{}
+}
+
+// add records uid and reports whether it was new.
+func (e *explained) add(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.uids[uid]; ok {
+		return false
+	}
+	if e.uids == nil {
+		e.uids = map[types.UID]struct{}{}
+	}
+	e.uids[uid] = struct{}{}
+	return true
+}
+
+func (e *explained) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.uids, uid)
+}
+
+func (e *explained) has(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.uids[uid]
+	return ok
+}
+
+// forget drops what this node keeps about a claim it will not take, has
+// provisioned, or saw deleted: its delay and whether it explained it.
+// Without node deployment (nd is nil) it does nothing.
+func (nd *nodeDeployment) forget(uid types.UID) {
+	if nd == nil {
+		return
+	}
+	nd.delays.forget(uid)
+	nd.explained.forget(uid)
+}
+
+// explainNoCapacity is called when this node declined claim for reason
+// (too little capacity, or GetCapacity failed). Unless another node takes
+// the claim within the grace period, it posts the claim's one
+// untaken-claim event with this node's reason. Upstream posts nothing, and
+// such a claim stays Pending with only kube-controller-manager's
+// "waiting for a volume to be created" (external-provisioner's README
+// says so).
+func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, reason string) {
+	if !p.node.explained.add(claim.UID) {
+		return
+	}
+	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
+	timer := p.cfg.clock.NewTimer(grace)
+	go func() {
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+		}
+		cur, err := p.unowned(claim)
+		if err != nil {
+			return // taken, bound or gone: nothing to explain
+		}
+		p.postUntaken(ctx, cur, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; the nodes try again when the claim changes and at the provisioning library's resync", grace, reason))
+	}()
+}
+
+// explainImmediateOff posts, once, the claim's untaken-claim event for an
+// Immediate claim that no node takes because ImmediateBinding is off.
+func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.PersistentVolumeClaim, className string) {
+	if !p.node.explained.add(claim.UID) {
+		return
+	}
+	p.postUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))
+}
+
+// postUntaken creates the claim's untaken-claim event (a Warning
+// ProvisioningFailed from this node) unless another node already did.
+func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
+	now := metav1.NewTime(p.cfg.clock.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: string(claim.UID) + untakenEventSuffix, Namespace: claim.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: claim.Namespace, Name: claim.Name,
+			UID: claim.UID, ResourceVersion: claim.ResourceVersion,
+		},
+		Reason: reasonProvisioningFailed, Message: message, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: EventSourceComponent, Host: p.node.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err := p.client.CoreV1().Events(claim.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		logger.V(4).Info("Another node already explained why no node takes the claim")
+	case err != nil:
+		logger.Error(err, "Could not post the event that explains why no node takes the claim", "message", message)
+	default:
+		logger.V(2).Info("No node takes the claim", "reason", message)
+	}
+}

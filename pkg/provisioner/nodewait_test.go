@@ -1,0 +1,162 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// TestNodeDeploymentExplainUntaken covers the one event that explains an
+// Immediate claim no node takes in node deployment: after a capacity
+// decline, posted unless another node takes the claim within the grace
+// period (1.5 × MaxDelay); at once when immediate binding is off; once per
+// claim, and not again when another node posted it first (same name).
+func TestNodeDeploymentExplainUntaken(t *testing.T) {
+	const (
+		baseDelay = 10 * time.Second
+		maxDelay  = 20 * time.Second
+		grace     = 30 * time.Second
+	)
+	short := &csi.GetCapacityResponse{AvailableCapacity: gi - 1}
+	otherNodes := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "uid-c" + untakenEventSuffix, Namespace: testNS},
+		Reason:     reasonProvisioningFailed, Message: "from n1", Source: corev1.EventSource{Host: "n1"},
+	}
+	tests := []struct {
+		name         string
+		capacity     *fakeCapacity
+		immediateOff bool
+		existing     *corev1.Event
+		// afterDecline runs after the first sync declined the claim,
+		// before the grace period ends.
+		afterDecline func(t *testing.T, h *harness)
+		wantMessage  string // of the claim's event; "" for no event
+		wantHost     string
+		wantCreates  int // event creates this node sent
+	}{
+		{
+			name: "not enough capacity, no node takes it", capacity: &fakeCapacity{resp: short},
+			wantMessage: "no node took the claim within 30s: node n9 has not enough capacity: 1073741823 bytes available, 1073741824 requested. In node deployment",
+			wantHost:    thisNode, wantCreates: 1,
+		},
+		{
+			name: "GetCapacity fails, no node takes it", capacity: &fakeCapacity{err: errors.New("driver busy")},
+			wantMessage: "no node took the claim within 30s: capacity of node n9 unknown: GetCapacity: driver busy.",
+			wantHost:    thisNode, wantCreates: 1,
+		},
+		{
+			name: "another node takes it within the grace period", capacity: &fakeCapacity{resp: short},
+			afterDecline: func(t *testing.T, h *harness) {
+				c := h.liveClaim(newClaim("c").Obj())
+				metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, "n1")
+				if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				testutil.Eventually(t, 0, "the informer sees n1", func(context.Context) (bool, error) {
+					c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("c")
+					return err == nil && selectedNodeName(c) == "n1", nil
+				})
+			},
+		},
+		{
+			name: "another node explained it first", capacity: &fakeCapacity{resp: short}, existing: otherNodes,
+			wantMessage: "from n1", wantHost: "n1", wantCreates: 1,
+		},
+		{
+			name: "immediate binding off: at once", immediateOff: true,
+			wantMessage: `no node takes this claim: its storageclass "sc" binds Immediately, and the provisioners of test.csi.example.com run on each node (--node-deployment) with --node-deployment-immediate-binding=false`,
+			wantHost:    thisNode, wantCreates: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			nd := testNodeDeployment(func(nd *NodeDeployment) {
+				nd.BaseDelay, nd.MaxDelay, nd.ImmediateBinding = baseDelay, maxDelay, !tt.immediateOff
+			})
+			if tt.capacity != nil {
+				nd.GetCapacity = tt.capacity.get
+			}
+			claim := newClaim("c").Obj()
+			objs := append(cluster(), claim, newClass().Obj())
+			if tt.existing != nil {
+				objs = append(objs, tt.existing)
+			}
+			h := newHarness(t, topologyCaps(), objs, WithNodeDeployment(nd), WithClock(clk))
+
+			// Two syncs of the claim, as the library's retries: the
+			// second neither explains again nor starts a second wait.
+			for sync := range 2 {
+				res := make(chan provisionResult, 1)
+				go func() {
+					if h.p.ShouldProvision(h.ctx, claim) {
+						res <- provisionResult{err: errors.New("ShouldProvision = true")}
+					}
+					res <- provisionResult{}
+				}()
+				// One step passes any delay; the grace period's timer,
+				// started as the sync returns, is not moved.
+				if got := drive(t, clk, res, func() {}, 2*maxDelay, 1); got.err != nil {
+					t.Fatal(got.err)
+				}
+				if sync == 0 && tt.afterDecline != nil {
+					tt.afterDecline(t, h)
+				}
+				if sync == 1 && clk.HasWaiters() {
+					t.Error("the second sync started a second wait")
+				}
+				if sync == 0 {
+					clk.Step(grace)
+				}
+			}
+
+			if tt.wantMessage == "" {
+				testutil.Eventually(t, 0, "the claim forgotten once taken", func(context.Context) (bool, error) {
+					return !h.p.node.explained.has(claim.UID), nil
+				})
+			} else {
+				testutil.Eventually(t, 0, "this node's event create", func(context.Context) (bool, error) {
+					return countOf(h.writes(), "create events") >= tt.wantCreates, nil
+				})
+			}
+			if got := countOf(h.writes(), "create events"); got != tt.wantCreates {
+				t.Errorf("event creates = %d (%q), want %d", got, h.writes(), tt.wantCreates)
+			}
+			list, err := h.client.CoreV1().Events(testNS).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantMessage == "" {
+				if len(list.Items) != 0 {
+					t.Errorf("events = %v, want none", list.Items)
+				}
+				return
+			}
+			if len(list.Items) != 1 {
+				t.Fatalf("events = %v, want one", list.Items)
+			}
+			ev := list.Items[0]
+			if ev.Name != "uid-c"+untakenEventSuffix || ev.Reason != reasonProvisioningFailed || ev.Source.Host != tt.wantHost ||
+				!strings.HasPrefix(ev.Message, tt.wantMessage) {
+				t.Errorf("event %s: %s %q from %q; want %s %q... from %q", ev.Name, ev.Reason, ev.Message, ev.Source.Host, reasonProvisioningFailed, tt.wantMessage, tt.wantHost)
+			}
+			if tt.existing == nil && (ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != claim.UID || ev.InvolvedObject.Name != "c" ||
+				ev.InvolvedObject.Kind != "PersistentVolumeClaim" || ev.Source.Component != EventSourceComponent) {
+				t.Errorf("event = %+v, want a Warning about claim c from %s", ev, EventSourceComponent)
+			}
+			if events := h.events(); len(events) > 0 {
+				t.Errorf("recorder events = %q, want none (the explanation is written directly)", events)
+			}
+		})
+	}
+}
