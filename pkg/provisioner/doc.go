@@ -124,7 +124,9 @@
 //     "Provisioning" event only on the node that took the claim; the claim
 //     is provisioned when it comes back with this node selected. A node that
 //     lacks the capacity tries again the next time the library syncs the
-//     claim (an update of the claim, or the library's resync).
+//     claim (an update of the claim, or the library's resync), or as soon
+//     as a volume of this node is deleted (the claim is handed back to the
+//     library, see requeue.go).
 //   - An Immediate claim that no node takes is explained by one Warning
 //     ProvisioningFailed event (nodewait.go): a node that declined it for
 //     capacity posts it if the claim is still untaken 1.5 × MaxDelay

@@ -91,9 +91,9 @@ type nodeDeployment struct {
 	csiNodes storagelisters.CSINodeLister
 	delays   *ownerDelays
 	poll     time.Duration
-	// explained holds the claims this node explained, or will, as
-	// untaken (nodewait.go).
-	explained explained
+	// untaken holds the claims this node declined and explained, or
+	// will (nodewait.go).
+	untaken untaken
 }
 
 // newNodeDeployment builds the static Node and CSINode of this node
@@ -402,27 +402,39 @@ func (l *ledger) isFinal(uid types.UID) bool {
 // does not have, and the PV would go while the real volume leaks.
 func (p *Provisioner) checkVolumeNode(ctx context.Context, pv *corev1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
-	if len(p.node.Topology) == 0 {
-		// The driver reports no topology: its volumes are not tied to a
-		// node, and any node's driver may delete them, as upstream.
+	mine, reason := p.node.owns(pv)
+	switch {
+	case mine:
 		return nil
-	}
-	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+	case pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil:
 		logger.V(2).Info("Not deleting a volume without node affinity in node deployment: no node can tell whether the volume is its own")
 		p.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeFailedDelete,
 			fmt.Sprintf("node %s does not delete this volume: it has no node affinity, and in node deployment no node can tell whether the volume is its own (another node's driver would report it deleted while it stays); delete it on its node's storage and remove the PV by hand", p.node.NodeName))
-		return &controller.IgnoredError{Reason: "the volume has no node affinity; in node deployment no node can tell whether it is its own"}
+	default:
+		logger.V(4).Info("Not deleting a volume of another node", "reason", reason)
+	}
+	return &controller.IgnoredError{Reason: reason}
+}
+
+// owns reports whether pv's volume is on this node, and if not, why not.
+// A driver that reports no topology has no volumes tied to a node: any
+// node's driver may delete them, as upstream. Otherwise the volume's node
+// affinity must allow this node; one without is nobody's.
+func (nd *nodeDeployment) owns(pv *corev1.PersistentVolume) (bool, string) {
+	if len(nd.Topology) == 0 {
+		return true, ""
+	}
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return false, "the volume has no node affinity; in node deployment no node can tell whether it is its own"
 	}
 	selector, err := nodeaffinity.NewNodeSelector(pv.Spec.NodeAffinity.Required)
 	if err != nil {
-		logger.V(2).Info("Not deleting a volume with invalid node affinity", "err", err)
-		return &controller.IgnoredError{Reason: fmt.Sprintf("the volume's node affinity is invalid: %v", err)}
+		return false, fmt.Sprintf("the volume's node affinity is invalid: %v", err)
 	}
-	if !selector.Match(p.node.node) {
-		logger.V(4).Info("Not deleting a volume of another node")
-		return &controller.IgnoredError{Reason: fmt.Sprintf("the volume's node affinity does not allow node %s", p.node.NodeName)}
+	if !selector.Match(nd.node) {
+		return false, fmt.Sprintf("the volume's node affinity does not allow node %s", nd.NodeName)
 	}
-	return nil
+	return true, ""
 }
 
 // ownerDelays is the per-claim delay before a node tries to take an

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -26,39 +27,60 @@ const untakenEventSuffix = ".no-node-takes-it"
 // that merely went to another node.
 const untakenGraceFactor = 1.5
 
-// explained remembers the claims (by UID) for which this node scheduled or
-// posted its explanation, so that it does so once per claim; an entry is
-// dropped when the claim is provisioned, gone or taken (nodeDeployment.forget).
-type explained struct {
-	mu   sync.Mutex
-	uids map[types.UID]struct{}
+// untaken remembers the claims (by UID) this node declined and explained,
+// or will: so that it explains each once, and so that it can try again the
+// claims it declined for capacity when a volume of this node is deleted.
+// An entry is dropped when the claim is provisioned, gone or taken
+// (nodeDeployment.forget).
+type untaken struct {
+	mu     sync.Mutex
+	claims map[types.UID]untakenClaim
 }
 
-// add records uid and reports whether it was new.
-func (e *explained) add(uid types.UID) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, ok := e.uids[uid]; ok {
+type untakenClaim struct {
+	key         string // namespace/name
+	forCapacity bool
+}
+
+// add records the claim and reports whether it was new.
+func (u *untaken) add(claim *corev1.PersistentVolumeClaim, forCapacity bool) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.claims[claim.UID]; ok {
 		return false
 	}
-	if e.uids == nil {
-		e.uids = map[types.UID]struct{}{}
+	if u.claims == nil {
+		u.claims = map[types.UID]untakenClaim{}
 	}
-	e.uids[uid] = struct{}{}
+	u.claims[claim.UID] = untakenClaim{key: claim.Namespace + "/" + claim.Name, forCapacity: forCapacity}
 	return true
 }
 
-func (e *explained) forget(uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.uids, uid)
+func (u *untaken) forget(uid types.UID) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.claims, uid)
 }
 
-func (e *explained) has(uid types.UID) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, ok := e.uids[uid]
+func (u *untaken) has(uid types.UID) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.claims[uid]
 	return ok
+}
+
+// declinedForCapacity returns the UIDs and keys of the claims declined for
+// capacity.
+func (u *untaken) declinedForCapacity() map[types.UID]string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := map[types.UID]string{}
+	for uid, c := range u.claims {
+		if c.forCapacity {
+			out[uid] = c.key
+		}
+	}
+	return out
 }
 
 // forget drops what this node keeps about a claim it will not take, has
@@ -69,7 +91,39 @@ func (nd *nodeDeployment) forget(uid types.UID) {
 		return
 	}
 	nd.delays.forget(uid)
-	nd.explained.forget(uid)
+	nd.untaken.forget(uid)
+}
+
+// watchFreedCapacity registers volumeDeleted on the volume informer.
+func (p *Provisioner) watchFreedCapacity() error {
+	_, err := p.volumeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: p.volumeDeleted})
+	return err
+}
+
+// volumeDeleted hands the claims this node declined for capacity back to
+// the library when a volume of this node's driver on this node is deleted
+// (its PV goes once DeleteVolume succeeded): they may fit now. Otherwise
+// they would wait for their next update or the library's resync.
+func (p *Provisioner) volumeDeleted(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+		return
+	}
+	if mine, _ := p.node.owns(pv); !mine {
+		return
+	}
+	for uid, key := range p.node.untaken.declinedForCapacity() {
+		item, exists, err := p.claimInf.GetStore().GetByKey(key)
+		if err != nil || !exists {
+			continue
+		}
+		if claim, ok := item.(*corev1.PersistentVolumeClaim); ok && claim.UID == uid && waiting(claim) {
+			p.libraryClaims.requeue(claim)
+		}
+	}
 }
 
 // explainNoCapacity is called when this node declined claim for reason
@@ -80,7 +134,7 @@ func (nd *nodeDeployment) forget(uid types.UID) {
 // "waiting for a volume to be created" (external-provisioner's README
 // says so).
 func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, reason string) {
-	if !p.node.explained.add(claim.UID) {
+	if !p.node.untaken.add(claim, true) {
 		return
 	}
 	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
@@ -103,7 +157,7 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 // explainImmediateOff posts, once, the claim's untaken-claim event for an
 // Immediate claim that no node takes because ImmediateBinding is off.
 func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.PersistentVolumeClaim, className string) {
-	if !p.node.explained.add(claim.UID) {
+	if !p.node.untaken.add(claim, false) {
 		return
 	}
 	p.postUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))

@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -122,7 +125,7 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 
 			if tt.wantMessage == "" {
 				testutil.Eventually(t, 0, "the claim forgotten once taken", func(context.Context) (bool, error) {
-					return !h.p.node.explained.has(claim.UID), nil
+					return !h.p.node.untaken.has(claim.UID), nil
 				})
 			} else {
 				testutil.Eventually(t, 0, "this node's event create", func(context.Context) (bool, error) {
@@ -159,4 +162,63 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequeueFreedCapacity covers volumeDeleted: when a PV of this node's
+// driver on this node goes, the claims this node declined for capacity
+// are handed back to the library (they may fit now); nothing else is.
+func TestRequeueFreedCapacity(t *testing.T) {
+	pv := func() *testutil.PVBuilder { return testutil.NewPV("pv", testDriver) }
+	claims := []runtime.Object{
+		newClaim("short").Obj(),
+		newClaim("bound-since").VolumeName("pv-x").Obj(),
+		newClaim("immediate-off").Obj(),
+		newClaim("recreated").UID("uid-new").Obj(),
+	}
+	tests := []struct {
+		name    string
+		deleted interface{}
+		want    []string
+	}{
+		{"a volume of this node", pv().NodeAffinity(keyZone, "z9").Obj(), []string{"short"}},
+		{"seen as a tombstone", cache.DeletedFinalStateUnknown{Key: "pv", Obj: pv().NodeAffinity(keyZone, "z9").Obj()}, []string{"short"}},
+		{"a volume of another node", pv().NodeAffinity(keyZone, "a").Obj(), nil},
+		{"a volume without node affinity", pv().Obj(), nil},
+		{"a volume of another driver", testutil.NewPV("pv", "other.example.com").NodeAffinity(keyZone, "z9").Obj(), nil},
+		{"not a CSI volume", pv().NodeAffinity(keyZone, "z9").NotCSI().Obj(), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nd := testNodeDeployment()
+			nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{}}).get
+			h := newHarness(t, topologyCaps(), append(cluster(), claims...), WithNodeDeployment(nd))
+			lib := libraryOn(t, h.p)
+			// What this node declined, as its ShouldProvision records it:
+			// two claims for capacity (one bound since, one deleted and
+			// created again), one because immediate binding was off.
+			for _, c := range []*corev1.PersistentVolumeClaim{newClaim("short").Obj(), newClaim("bound-since").Obj(), newClaim("recreated").Obj()} {
+				h.p.node.untaken.add(c, true)
+			}
+			h.p.node.untaken.add(newClaim("immediate-off").Obj(), false)
+
+			h.p.volumeDeleted(tt.deleted)
+			if got := lib.names(); !slices.Equal(got, tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// Through the informer, as in the sidecar.
+	t.Run("informer", func(t *testing.T) {
+		nd := testNodeDeployment()
+		nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{}}).get
+		h := newHarness(t, topologyCaps(), append(cluster(), claims[0], pv().NodeAffinity(keyZone, "z9").Obj()), WithNodeDeployment(nd))
+		lib := libraryOn(t, h.p)
+		h.p.node.untaken.add(newClaim("short").Obj(), true)
+		if err := h.client.CoreV1().PersistentVolumes().Delete(t.Context(), "pv", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 0, "the claim queued", func(context.Context) (bool, error) {
+			return slices.Equal(lib.names(), []string{"short"}), nil
+		})
+	})
 }

@@ -173,6 +173,11 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 			return nil, fmt.Errorf("new provisioner: watch snapshots: %w", err)
 		}
 	}
+	if p.node != nil && p.node.GetCapacity != nil {
+		if err := p.watchFreedCapacity(); err != nil {
+			return nil, fmt.Errorf("new provisioner: watch volume deletions: %w", err)
+		}
+	}
 	if caps.PublishUnpublish {
 		p.attachInf = factory.Storage().V1().VolumeAttachments().Informer()
 		p.hasSynced = append(p.hasSynced, p.attachInf.HasSynced)

@@ -13,7 +13,7 @@ import (
 // Waits that end at once. The provisioning library retries a claim it
 // could not provision with its backoff (--retry-interval-start, doubling up
 // to --retry-interval-max, five minutes by default), whatever the claim
-// waited for; upstream does the same. Three of those waits end with a
+// waited for; upstream does the same. Four of those waits end with a
 // change this provisioner sees in its caches, and then it hands the claim
 // back to the library at once instead of leaving it to the backoff:
 //
@@ -22,7 +22,9 @@ import (
 //   - a restore whose VolumeSnapshot was missing or not ready, when the
 //     snapshot is ready (with [WithSnapshotInformer]);
 //   - a claim whose data source is in another namespace, when a
-//     ReferenceGrant of that namespace is created or changed.
+//     ReferenceGrant of that namespace is created or changed;
+//   - in node deployment, a claim this node declined for capacity, when a
+//     volume of this node is deleted (nodewait.go).
 //
 // Likewise for a volume: a Released volume whose deletion was refused
 // because a VolumeAttachment still named it is handed back when the last

@@ -183,6 +183,39 @@ func TestNodeDeployment(t *testing.T) {
 	nodes[nodeB].waitVolumeIDs()
 }
 
+// TestNodeDeploymentFreedCapacity checks that a claim a node declined for
+// capacity is provisioned as soon as a volume of that node is deleted: one
+// node with 10Gi, a 6Gi claim bound, a second 6Gi claim declined (its
+// Warning says why), then the first claim deleted. The provisioning library
+// would sync the declined claim again only at its resync, minutes later.
+func TestNodeDeploymentFreedCapacity(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	node := e.name("node")
+	s := e.startNodeStack(node)
+	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver))
+
+	first := e.createClaim(testutil.NewPVC(e.ns, "first").Class(imm.Name).Size("6Gi"))
+	e.waitAllBound(1)
+	second := e.createClaim(testutil.NewPVC(e.ns, "second").Class(imm.Name).Size("6Gi"))
+	testutil.Eventually(t, 0, "the event that explains claim second", func(ctx context.Context) (bool, error) {
+		ev, err := e.c.CoreV1().Events(e.ns).Get(ctx, string(second.UID)+".no-node-takes-it", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && strings.Contains(ev.Message, "node "+node+" has not enough capacity: "), err
+	})
+
+	e.deleteClaim(first.Name)
+	claims := e.waitAllBound(1)
+	if claims[0].UID != second.UID || claims[0].Annotations[selectedNodeAnn] != node {
+		t.Errorf("bound claim %s (selected-node %q), want second on %s", claims[0].Name, claims[0].Annotations[selectedNodeAnn], node)
+	}
+	s.waitVolumeIDs(e.getPV(claims[0].Spec.VolumeName).Spec.CSI.VolumeHandle)
+}
+
 // waitPVsGone waits until none of the named PVs exists.
 func (e *env) waitPVsGone(names ...string) {
 	e.t.Helper()
