@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
 
 const (
@@ -459,7 +461,7 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 	}
 
 	resp, err := c.driver.GetCapacity(ctx, &csi.GetCapacityRequest{
-		Parameters:         maps.Clone(class.Parameters),
+		Parameters:         csiclient.DriverParameters(class.Parameters),
 		AccessibleTopology: &csi.Topology{Segments: maps.Clone(it.segment)},
 	})
 	if err != nil {

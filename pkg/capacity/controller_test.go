@@ -299,9 +299,16 @@ func TestSync(t *testing.T) {
 	}
 }
 
+// TestGetCapacityRequest checks the request: the class's parameters as
+// CreateVolume gets them (without the sidecar's csi.storage.k8s.io/ keys,
+// which upstream passes on and drivers that check their parameters
+// refuse) and the segment.
 func TestGetCapacityRequest(t *testing.T) {
 	driver := &fakeDriver{available: 1}
-	h := newHarness(t, objects(one(wffc("fast")), zoneNode("n1", "a")), driver)
+	class := wffc("fast")
+	class.Parameters["csi.storage.k8s.io/fstype"] = "xfs"
+	class.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = "secret"
+	h := newHarness(t, objects(one(class), zoneNode("n1", "a")), driver)
 	if err := h.c.syncItem(testContext(t), itemKey("fast", zone("a"))); err != nil {
 		t.Fatalf("syncItem: %v", err)
 	}

@@ -23,6 +23,8 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
 
 // minOwnerPoll is the shortest interval at which a node waiting to take an
@@ -328,7 +330,7 @@ func (p *Provisioner) unowned(claim *corev1.PersistentVolumeClaim) (*corev1.Pers
 func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) string {
 	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	requested := request.Value()
-	req := &csi.GetCapacityRequest{Parameters: class.Parameters}
+	req := &csi.GetCapacityRequest{Parameters: csiclient.DriverParameters(class.Parameters)}
 	if len(p.node.Topology) > 0 {
 		req.AccessibleTopology = &csi.Topology{Segments: maps.Clone(p.node.Topology)}
 	}

@@ -352,7 +352,8 @@ func TestNodeDeploymentBecomeOwner(t *testing.T) {
 			if tt.capacity != nil {
 				nd.GetCapacity = tt.capacity.get
 			}
-			class := newClass().Param("p", "v").Obj()
+			// GetCapacity gets the parameters without the sidecar's keys.
+			class := newClass().Param("p", "v").Param("csi.storage.k8s.io/fstype", "xfs").Obj()
 			h := newHarness(t, topologyCaps(), append(cluster(), tt.apiClaim, class), WithNodeDeployment(nd), WithClock(clk))
 			if tt.setup != nil {
 				tt.setup(h)

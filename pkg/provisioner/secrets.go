@@ -11,11 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
 
 // reservedPrefix starts the StorageClass parameters meant for the
 // provisioner, never passed to the driver.
-const reservedPrefix = "csi.storage.k8s.io/"
+const reservedPrefix = csiclient.ReservedParameterPrefix
 
 // Template tokens.
 const (

@@ -35,7 +35,8 @@ const selectedNodeAnn = "volume.kubernetes.io/selected-node"
 // deletes every volume through the sidecar of its node only: with
 // node B's sidecar down, B's PVs stay and B's volumes with
 // them, until B's sidecar is back; no driver keeps a volume. A claim no
-// node has room for gets one Warning that says so.
+// node has room for gets one Warning that says so. GetCapacity gets the
+// class's parameters without the sidecar's own.
 func TestNodeDeployment(t *testing.T) {
 	const immediate = 6
 	cp := controlplane.StartForTest(t, controlplane.Config{
@@ -48,8 +49,11 @@ func TestNodeDeployment(t *testing.T) {
 		nodes[name] = e.startNodeStack(name)
 	}
 	nodeA, nodeB := e.name("node-a"), e.name("node-b")
-	wffc := e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer())
-	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver))
+	// The classes carry a parameter for the sidecar (fstype): the driver
+	// refuses it, so GetCapacity (capacity objects, the node's check before
+	// taking a claim) must leave it out, as CreateVolume does.
+	wffc := e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer().Param("csi.storage.k8s.io/fstype", "ext4"))
+	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver).Param("csi.storage.k8s.io/fstype", "ext4"))
 
 	e.createClaim(testutil.NewPVC(e.ns, "wffc-b").Class(wffc.Name).Annotation(selectedNodeAnn, nodeB))
 	for i := range immediate {

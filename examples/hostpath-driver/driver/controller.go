@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -95,6 +96,9 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "mutable_parameters need the MODIFY_VOLUME capability, which this driver does not have")
+	}
+	if err := checkParameters("CreateVolume", req.GetParameters()); err != nil {
+		return nil, err
 	}
 	src, err := contentSource(req.GetVolumeContentSource())
 	if err != nil {
@@ -446,10 +450,29 @@ func paginate(ids []string, token string, maxEntries int32, valid *regexp.Regexp
 	return ids[start:end], next, nil
 }
 
+// reservedPrefix starts the StorageClass parameter keys that are meant for
+// the provisioner sidecar (secret references, fstype); a sidecar never
+// passes them on to a driver.
+const reservedPrefix = "csi.storage.k8s.io/"
+
+// checkParameters refuses parameters that a sidecar should have kept to
+// itself: a driver that accepted them would depend on a sidecar bug.
+func checkParameters(call string, params map[string]string) error {
+	for k := range params {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return status.Errorf(codes.InvalidArgument, "%s: parameter %q is in the %s namespace, which is the sidecar's, not the driver's", call, k, reservedPrefix)
+		}
+	}
+	return nil
+}
+
 // GetCapacity reports the bytes not yet handed out, and the largest volume
 // that could be created now. It is 0 for a topology other than this node
 // and for capabilities this driver does not support.
 func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if err := checkParameters("GetCapacity", req.GetParameters()); err != nil {
+		return nil, err
+	}
 	zero := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0), MinimumVolumeSize: wrapperspb.Int64(0)}
 	if d.cfg.EnableTopology && req.GetAccessibleTopology() != nil && !d.isNodeTopology(req.GetAccessibleTopology()) {
 		return zero, nil

@@ -428,6 +428,37 @@ func TestGetCapacityFilters(t *testing.T) {
 	}
 }
 
+// TestReservedParameters checks that the driver refuses the sidecar's own
+// StorageClass parameters (csi.storage.k8s.io/...) in every call that takes
+// a class's parameters, and accepts its own.
+func TestReservedParameters(t *testing.T) {
+	d := newTestDriver(t, nil)
+	reserved := map[string]string{"kind": "fast", "csi.storage.k8s.io/fstype": "xfs"}
+	own := map[string]string{"kind": "fast"}
+	calls := map[string]func(map[string]string) error{
+		"CreateVolume": func(params map[string]string) error {
+			req := createReq("v-"+fmt.Sprint(len(params)), gi)
+			req.Parameters = params
+			_, err := d.CreateVolume(t.Context(), req)
+			return err
+		},
+		"GetCapacity": func(params map[string]string) error {
+			_, err := d.GetCapacity(t.Context(), &csi.GetCapacityRequest{Parameters: params})
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			if err := call(reserved); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `parameter "csi.storage.k8s.io/fstype" is in the csi.storage.k8s.io/ namespace`) {
+				t.Errorf("with a reserved key: %v, want InvalidArgument naming the key", err)
+			}
+			if err := call(own); err != nil {
+				t.Errorf("with the driver's own parameters: %v", err)
+			}
+		})
+	}
+}
+
 func TestListVolumesPagination(t *testing.T) {
 	d := newTestDriver(t, nil)
 	want := map[string]bool{}
