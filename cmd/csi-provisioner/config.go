@@ -12,6 +12,7 @@ import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as upstream
 
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )

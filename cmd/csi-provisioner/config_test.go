@@ -43,7 +43,7 @@ func TestUpstreamFlagDefaults(t *testing.T) {
 			t.Errorf("--%s default = %q, want %q", name, f.DefValue, def)
 		}
 	}
-	for _, name := range []string{"feature-gates", "leader-election-labels", "v", "vmodule", "logging-format", "log-flush-frequency", "enable-binder", "binder-resync-period"} {
+	for _, name := range []string{"feature-gates", "leader-election-labels", "v", "vmodule", "logging-format", "log-flush-frequency", "log-json-split-stream", "log-json-info-buffer-size", "log-text-split-stream", "enable-binder", "binder-resync-period"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag --%s is not accepted", name)
 		}

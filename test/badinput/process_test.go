@@ -3,11 +3,13 @@ package badinput
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +38,9 @@ type processRow struct {
 	onlyLine bool
 	// env are NAME=value pairs added to the test's environment.
 	env []string
+	// jsonLogs: the log lines are JSON objects (--logging-format=json),
+	// and there must be some, none in klog's text format.
+	jsonLogs bool
 }
 
 func processRows() []processRow {
@@ -58,6 +63,12 @@ func processRows() []processRow {
 		{
 			name: "socket-missing", kubeconfig: true,
 			args: []string{"--csi-address=/nonexistent/csi.sock", "--csi-connect-timeout=2s"},
+			code: 1, line: []string{"/nonexistent/csi.sock", "the socket does not exist"},
+		},
+		{
+			// Upstream registers the JSON log format; a drop-in must accept it.
+			name: "socket-missing-json-logs", kubeconfig: true, jsonLogs: true,
+			args: []string{"--logging-format=json", "--csi-address=/nonexistent/csi.sock", "--csi-connect-timeout=2s"},
 			code: 1, line: []string{"/nonexistent/csi.sock", "the socket does not exist"},
 		},
 		{
@@ -133,11 +144,18 @@ func runProcessRow(t *testing.T, sidecar, kubeconfig string, row processRow) {
 		t.Errorf("exit code %d, want %d", code, row.code)
 	}
 	lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
-	var plain []string
+	var plain, logs []string
 	for _, l := range lines {
-		if !klogLine.MatchString(l) && l != "" {
+		switch {
+		case l == "":
+		case row.jsonLogs && isJSONLogLine(l), !row.jsonLogs && klogLine.MatchString(l):
+			logs = append(logs, l)
+		default:
 			plain = append(plain, l)
 		}
+	}
+	if row.jsonLogs && !slices.ContainsFunc(logs, func(l string) bool { return strings.Contains(l, `"msg":"Starting csi-provisioner"`) }) {
+		t.Errorf("no JSON log line with msg \"Starting csi-provisioner\"; stderr:\n%s", stderr.String())
 	}
 	switch {
 	case len(plain) != 1:
@@ -149,6 +167,15 @@ func runProcessRow(t *testing.T, sidecar, kubeconfig string, row processRow) {
 		t.Errorf("want exactly one line on stderr and nothing on stdout; stderr:\n%s\nstdout:\n%s", stderr.String(), stdout.String())
 	}
 	t.Logf("exit %d; stderr line: %q", code, plain)
+}
+
+// isJSONLogLine reports whether l is a log line of --logging-format=json:
+// a JSON object with a message.
+func isJSONLogLine(l string) bool {
+	var entry struct {
+		Msg *string `json:"msg"`
+	}
+	return json.Unmarshal([]byte(l), &entry) == nil && entry.Msg != nil
 }
 
 // identityOnly is a CSI driver with an Identity service only: no
