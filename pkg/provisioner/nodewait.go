@@ -150,7 +150,7 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		if err != nil {
 			return // taken, bound or gone: nothing to explain
 		}
-		p.postUntaken(ctx, cur, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; the nodes try again when the claim changes and at the provisioning library's resync", grace, reason))
+		p.postUntaken(ctx, cur, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, reason))
 	}()
 }
 
