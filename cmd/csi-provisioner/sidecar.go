@@ -169,17 +169,9 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			synced["capacity"] = capacityCtl.HasSynced
 		}
 		sources.run(ctx, &wg, synced)
-		health.add("informers", func(context.Context) error {
-			for name, hasSynced := range synced {
-				if !hasSynced() {
-					return fmt.Errorf("%s caches not synced", name)
-				}
-			}
-			return nil
-		})
 		// The library waits for its own informers only; the provisioner
 		// also reads attachments, nodes, CSINodes and the grants.
-		if !cache.WaitForCacheSync(ctx.Done(), prov.HasSynced, sources.hasSynced) {
+		if !awaitCaches(ctx, health, synced, prov.HasSynced, sources.hasSynced) {
 			return
 		}
 		lib.Run(ctx) // returns when ctx is done
@@ -193,6 +185,22 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 	logger.Info("Stopped")
 	return nil
+}
+
+// awaitCaches registers the "informers" readiness check, which fails while
+// any of synced has not synced, and then waits until waitFor have synced.
+// In this order /readyz says "not ready" during the initial sync. It
+// returns false when ctx ends first.
+func awaitCaches(ctx context.Context, health *health, synced map[string]func() bool, waitFor ...cache.InformerSynced) bool {
+	health.add("informers", func(context.Context) error {
+		for name, hasSynced := range synced {
+			if !hasSynced() {
+				return fmt.Errorf("%s caches not synced", name)
+			}
+		}
+		return nil
+	})
+	return cache.WaitForCacheSync(ctx.Done(), waitFor...)
 }
 
 // nodeDeployment returns, with --node-deployment, what the provisioner

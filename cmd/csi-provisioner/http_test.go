@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// readyz returns the status and body of /readyz.
+func readyz(h *health) (int, string) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	return rec.Code, rec.Body.String()
+}
+
+// TestAwaitCachesReadiness checks that /readyz says "not ready" while the
+// caches sync: awaitCaches registers its check before it waits (a check
+// registered after the wait would leave /readyz at 200 during the sync,
+// with the driver connected).
+func TestAwaitCachesReadiness(t *testing.T) {
+	h := newHealth()
+	h.add("csi-driver", func(context.Context) error { return nil })
+	var provisioner, binder atomic.Bool
+	binder.Store(true)
+	synced := map[string]func() bool{"provisioner": provisioner.Load, "binder": binder.Load}
+
+	done := make(chan bool, 1)
+	go func() { done <- awaitCaches(t.Context(), h, synced, provisioner.Load) }()
+	testutil.Eventually(t, 0, "/readyz 503 during the sync", func(context.Context) (bool, error) {
+		code, body := readyz(h)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "informers: provisioner caches not synced"), nil
+	})
+	select {
+	case <-done:
+		t.Fatal("awaitCaches returned before the caches synced")
+	default:
+	}
+
+	provisioner.Store(true)
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("awaitCaches = false after the caches synced")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("awaitCaches did not return after the caches synced")
+	}
+	if code, body := readyz(h); code != http.StatusOK {
+		t.Errorf("/readyz after the sync: %d %q, want 200", code, body)
+	}
+}
+
+func TestAwaitCachesCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	never := func() bool { return false }
+	if awaitCaches(ctx, newHealth(), map[string]func() bool{"provisioner": never}, never) {
+		t.Error("awaitCaches = true with ctx done and caches never synced")
+	}
+}
