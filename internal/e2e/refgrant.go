@@ -3,18 +3,15 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -57,16 +54,10 @@ func InstallReferenceGrantCRD(ctx context.Context, cfg *rest.Config) error {
 	if err := createCRDs(ctx, dyn, filepath.Join(mod.Dir, referenceGrantCRD)); err != nil {
 		return err
 	}
-	gvr := refgrantGVR("v1beta1")
-	var lastErr error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, snapshotCRDTimeout, true, func(ctx context.Context) (bool, error) {
-		_, lastErr = dyn.Resource(gvr).Namespace(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1})
-		return lastErr == nil, nil
+	return waitServed(ctx, "ReferenceGrants", func(ctx context.Context) error {
+		_, err := dyn.Resource(refgrantGVR("v1beta1")).Namespace(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1})
+		return err
 	})
-	if err != nil {
-		return fmt.Errorf("ReferenceGrants not served: %w", errors.Join(err, lastErr))
-	}
-	return nil
 }
 
 // ReferenceGrant is a grant in Namespace that lets the

@@ -76,22 +76,37 @@ func InstallSnapshotCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("snapshot client: %w", err)
 	}
+	list := metav1.ListOptions{Limit: 1}
+	return waitServed(ctx, "snapshot CRDs",
+		func(ctx context.Context) error {
+			_, err := snap.SnapshotV1().VolumeSnapshots(metav1.NamespaceDefault).List(ctx, list)
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := snap.SnapshotV1().VolumeSnapshotContents().List(ctx, list)
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := snap.SnapshotV1().VolumeSnapshotClasses().List(ctx, list)
+			return err
+		},
+	)
+}
+
+// waitServed polls until every list call succeeds (the API server serves
+// the resources of a CRD just created), at most snapshotCRDTimeout.
+func waitServed(ctx context.Context, what string, lists ...func(context.Context) error) error {
 	var lastErr error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, snapshotCRDTimeout, true, func(ctx context.Context) (bool, error) {
-		list := metav1.ListOptions{Limit: 1}
-		if _, lastErr = snap.SnapshotV1().VolumeSnapshots(metav1.NamespaceDefault).List(ctx, list); lastErr != nil {
-			return false, nil
-		}
-		if _, lastErr = snap.SnapshotV1().VolumeSnapshotContents().List(ctx, list); lastErr != nil {
-			return false, nil
-		}
-		if _, lastErr = snap.SnapshotV1().VolumeSnapshotClasses().List(ctx, list); lastErr != nil {
-			return false, nil
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, snapshotCRDTimeout, true, func(ctx context.Context) (bool, error) {
+		for _, list := range lists {
+			if lastErr = list(ctx); lastErr != nil {
+				return false, nil
+			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("snapshot CRDs not served: %w", errors.Join(err, lastErr))
+		return fmt.Errorf("%s not served: %w", what, errors.Join(err, lastErr))
 	}
 	return nil
 }
