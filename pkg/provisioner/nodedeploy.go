@@ -279,10 +279,10 @@ func (p *Provisioner) becomeOwner(ctx context.Context, claim *corev1.PersistentV
 	}
 
 	if p.node.GetCapacity != nil {
-		if reason := p.checkNodeCapacity(ctx, cur, class); reason != "" {
-			logger.V(2).Info("Not taking the claim", "reason", reason)
-			p.explainNoCapacity(ctx, cur, reason)
-			return nil, false, controller.ProvisioningNoChange, &controller.IgnoredError{Reason: reason}
+		if decline := p.checkNodeCapacity(ctx, cur, class); decline != nil {
+			logger.V(2).Info("Not taking the claim", "reason", decline.reason)
+			p.explainNoCapacity(ctx, cur, *decline)
+			return nil, false, controller.ProvisioningNoChange, &controller.IgnoredError{Reason: decline.reason}
 		}
 	}
 
@@ -324,10 +324,20 @@ func (p *Provisioner) unowned(claim *corev1.PersistentVolumeClaim) (*corev1.Pers
 	return nil, &controller.IgnoredError{Reason: reason}
 }
 
+// capacityDecline is why this node did not take a claim for capacity.
+type capacityDecline struct {
+	reason    string
+	requested int64 // bytes
+	// room is the size the driver could create on this node then
+	// (available, or the maximum volume size when that was the limit);
+	// -1 when GetCapacity failed.
+	room int64
+}
+
 // checkNodeCapacity asks the driver whether this node has room for claim.
-// It returns "" if so, otherwise why not (too little room, or the driver
+// It returns nil if so, otherwise why not (too little room, or the driver
 // cannot tell).
-func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) string {
+func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) *capacityDecline {
 	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	requested := request.Value()
 	req := &csi.GetCapacityRequest{Parameters: csiclient.DriverParameters(class.Parameters)}
@@ -336,15 +346,21 @@ func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.Persi
 	}
 	resp, err := p.node.GetCapacity(ctx, req)
 	if err != nil {
-		return fmt.Sprintf("capacity of node %s unknown: GetCapacity: %v", p.node.NodeName, err)
+		return &capacityDecline{reason: fmt.Sprintf("capacity of node %s unknown: GetCapacity: %v", p.node.NodeName, err), requested: requested, room: -1}
 	}
 	if maxSize := resp.GetMaximumVolumeSize(); maxSize != nil && maxSize.GetValue() < requested {
-		return fmt.Sprintf("node %s has not enough capacity: maximum volume size %d bytes, %d requested", p.node.NodeName, maxSize.GetValue(), requested)
+		return &capacityDecline{
+			reason:    fmt.Sprintf("node %s has not enough capacity: maximum volume size %d bytes, %d requested", p.node.NodeName, maxSize.GetValue(), requested),
+			requested: requested, room: maxSize.GetValue(),
+		}
 	}
 	if available := resp.GetAvailableCapacity(); available < requested {
-		return fmt.Sprintf("node %s has not enough capacity: %d bytes available, %d requested", p.node.NodeName, available, requested)
+		return &capacityDecline{
+			reason:    fmt.Sprintf("node %s has not enough capacity: %d bytes available, %d requested", p.node.NodeName, available, requested),
+			requested: requested, room: available,
+		}
 	}
-	return ""
+	return nil
 }
 
 // ownedCopy returns the copy of claim that Provision goes on with in node

@@ -38,21 +38,29 @@ type untaken struct {
 }
 
 type untakenClaim struct {
-	key         string // namespace/name
-	forCapacity bool
+	key string // namespace/name
+	// decline is why this node declined the claim for capacity, the last
+	// time; nil for a claim declined for another reason.
+	decline *capacityDecline
 }
 
-// add records the claim and reports whether it was new.
-func (u *untaken) add(claim *corev1.PersistentVolumeClaim, forCapacity bool) bool {
+// add records the claim, with why this node declined it for capacity (nil
+// for another reason), and reports whether the claim was new. A claim
+// declined again keeps its entry with the new decline.
+func (u *untaken) add(claim *corev1.PersistentVolumeClaim, decline *capacityDecline) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if _, ok := u.claims[claim.UID]; ok {
+	if c, ok := u.claims[claim.UID]; ok {
+		if decline != nil {
+			c.decline = decline
+			u.claims[claim.UID] = c
+		}
 		return false
 	}
 	if u.claims == nil {
 		u.claims = map[types.UID]untakenClaim{}
 	}
-	u.claims[claim.UID] = untakenClaim{key: claim.Namespace + "/" + claim.Name, forCapacity: forCapacity}
+	u.claims[claim.UID] = untakenClaim{key: claim.Namespace + "/" + claim.Name, decline: decline}
 	return true
 }
 
@@ -69,14 +77,16 @@ func (u *untaken) has(uid types.UID) bool {
 	return ok
 }
 
-// declinedForCapacity returns the UIDs and keys of the claims declined for
-// capacity.
-func (u *untaken) declinedForCapacity() map[types.UID]string {
+// mayFitAfter returns the UIDs and keys of the claims declined for
+// capacity that may fit once freed bytes are free again: those whose
+// request is at most the room the driver reported at the decline plus
+// freed, and those declined because GetCapacity failed.
+func (u *untaken) mayFitAfter(freed int64) map[types.UID]string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := map[types.UID]string{}
 	for uid, c := range u.claims {
-		if c.forCapacity {
+		if d := c.decline; d != nil && (d.room < 0 || d.requested <= d.room+freed) {
 			out[uid] = c.key
 		}
 	}
@@ -102,8 +112,11 @@ func (p *Provisioner) watchFreedCapacity() error {
 
 // volumeDeleted hands the claims this node declined for capacity back to
 // the library when a volume of this node's driver on this node is deleted
-// (its PV goes once DeleteVolume succeeded): they may fit now. Otherwise
-// they would wait for their next update or the library's resync.
+// (its PV goes once DeleteVolume succeeded), if they may fit in the room
+// the driver reported plus the volume's capacity. Otherwise they would
+// wait for their next update or the library's resync. Each claim handed
+// back costs a library worker its owner delay, so claims that cannot fit
+// stay where they are.
 func (p *Provisioner) volumeDeleted(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -115,7 +128,8 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 	if mine, _ := p.node.owns(pv); !mine {
 		return
 	}
-	for uid, key := range p.node.untaken.declinedForCapacity() {
+	size := pv.Spec.Capacity[corev1.ResourceStorage]
+	for uid, key := range p.node.untaken.mayFitAfter(size.Value()) {
 		item, exists, err := p.claimInf.GetStore().GetByKey(key)
 		if err != nil || !exists {
 			continue
@@ -126,15 +140,15 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 	}
 }
 
-// explainNoCapacity is called when this node declined claim for reason
-// (too little capacity, or GetCapacity failed). Unless another node takes
-// the claim within the grace period, it posts the claim's one
-// untaken-claim event with this node's reason. Upstream posts nothing, and
+// explainNoCapacity is called when this node declined claim for capacity
+// (too little room, or GetCapacity failed). Unless another node takes the
+// claim within the grace period, it posts the claim's one untaken-claim
+// event with this node's reason. Upstream posts nothing, and
 // such a claim stays Pending with only kube-controller-manager's
 // "waiting for a volume to be created" (external-provisioner's README
 // says so).
-func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, reason string) {
-	if !p.node.untaken.add(claim, true) {
+func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline capacityDecline) {
+	if !p.node.untaken.add(claim, &decline) {
 		return
 	}
 	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
@@ -150,14 +164,14 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		if err != nil {
 			return // taken, bound or gone: nothing to explain
 		}
-		p.postUntaken(ctx, cur, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, reason))
+		p.postUntaken(ctx, cur, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason))
 	}()
 }
 
 // explainImmediateOff posts, once, the claim's untaken-claim event for an
 // Immediate claim that no node takes because ImmediateBinding is off.
 func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.PersistentVolumeClaim, className string) {
-	if !p.node.untaken.add(claim, false) {
+	if !p.node.untaken.add(claim, nil) {
 		return
 	}
 	p.postUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))

@@ -166,22 +166,45 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 
 // TestRequeueFreedCapacity covers volumeDeleted: when a PV of this node's
 // driver on this node goes, the claims this node declined for capacity
-// are handed back to the library (they may fit now); nothing else is.
+// that may fit now (request at most the room reported then plus the
+// volume's size, or room unknown) are handed back to the library; nothing
+// else is.
 func TestRequeueFreedCapacity(t *testing.T) {
-	pv := func() *testutil.PVBuilder { return testutil.NewPV("pv", testDriver) }
+	pv := func() *testutil.PVBuilder { return testutil.NewPV("pv", testDriver).Size("1Gi") }
 	claims := []runtime.Object{
 		newClaim("short").Obj(),
+		newClaim("too-big").Obj(),
+		newClaim("unknown").Obj(),
 		newClaim("bound-since").VolumeName("pv-x").Obj(),
 		newClaim("immediate-off").Obj(),
 		newClaim("recreated").UID("uid-new").Obj(),
 	}
+	// What this node declined, as its ShouldProvision records it: claims
+	// declined for capacity (one fits with 1Gi more, one does not, one
+	// whose GetCapacity failed, one bound since, one deleted and created
+	// again), and one declined because immediate binding was off.
+	declined := map[string]*capacityDecline{
+		"short":         {requested: gi, room: gi / 2},
+		"too-big":       {requested: 10 * gi, room: gi},
+		"unknown":       {requested: gi, room: -1},
+		"bound-since":   {requested: gi, room: 0},
+		"recreated":     {requested: gi, room: 0},
+		"immediate-off": nil,
+	}
+	record := func(h *harness) {
+		for name, d := range declined {
+			h.p.node.untaken.add(newClaim(name).Obj(), d)
+		}
+	}
+	mine := []string{"short", "unknown"}
 	tests := []struct {
 		name    string
 		deleted interface{}
 		want    []string
 	}{
-		{"a volume of this node", pv().NodeAffinity(keyZone, "z9").Obj(), []string{"short"}},
-		{"seen as a tombstone", cache.DeletedFinalStateUnknown{Key: "pv", Obj: pv().NodeAffinity(keyZone, "z9").Obj()}, []string{"short"}},
+		{"a volume of this node", pv().NodeAffinity(keyZone, "z9").Obj(), mine},
+		{"seen as a tombstone", cache.DeletedFinalStateUnknown{Key: "pv", Obj: pv().NodeAffinity(keyZone, "z9").Obj()}, mine},
+		{"a smaller volume of this node", pv().Size("100Mi").NodeAffinity(keyZone, "z9").Obj(), []string{"unknown"}},
 		{"a volume of another node", pv().NodeAffinity(keyZone, "a").Obj(), nil},
 		{"a volume without node affinity", pv().Obj(), nil},
 		{"a volume of another driver", testutil.NewPV("pv", "other.example.com").NodeAffinity(keyZone, "z9").Obj(), nil},
@@ -193,27 +216,31 @@ func TestRequeueFreedCapacity(t *testing.T) {
 			nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{}}).get
 			h := newHarness(t, topologyCaps(), append(cluster(), claims...), WithNodeDeployment(nd))
 			lib := libraryOn(t, h.p)
-			// What this node declined, as its ShouldProvision records it:
-			// two claims for capacity (one bound since, one deleted and
-			// created again), one because immediate binding was off.
-			for _, c := range []*corev1.PersistentVolumeClaim{newClaim("short").Obj(), newClaim("bound-since").Obj(), newClaim("recreated").Obj()} {
-				h.p.node.untaken.add(c, true)
-			}
-			h.p.node.untaken.add(newClaim("immediate-off").Obj(), false)
-
+			record(h)
 			h.p.volumeDeleted(tt.deleted)
 			if got := lib.names(); !slices.Equal(got, tt.want) {
 				t.Errorf("queued %v, want %v", got, tt.want)
 			}
 		})
 	}
+	// A claim declined again keeps the last decline's numbers.
+	t.Run("declined again", func(t *testing.T) {
+		var u untaken
+		c := newClaim("c").Obj()
+		if !u.add(c, &capacityDecline{requested: gi, room: 0}) || u.add(c, &capacityDecline{requested: gi, room: gi / 2}) {
+			t.Fatal("add: want new, then not new")
+		}
+		if got := u.mayFitAfter(gi / 2); len(got) != 1 {
+			t.Errorf("after 0.5Gi freed: %v, want the claim (0.5Gi of room at the last decline)", got)
+		}
+	})
 	// Through the informer, as in the sidecar.
 	t.Run("informer", func(t *testing.T) {
 		nd := testNodeDeployment()
 		nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{}}).get
 		h := newHarness(t, topologyCaps(), append(cluster(), claims[0], pv().NodeAffinity(keyZone, "z9").Obj()), WithNodeDeployment(nd))
 		lib := libraryOn(t, h.p)
-		h.p.node.untaken.add(newClaim("short").Obj(), true)
+		h.p.node.untaken.add(newClaim("short").Obj(), declined["short"])
 		if err := h.client.CoreV1().PersistentVolumes().Delete(t.Context(), "pv", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
