@@ -4,7 +4,10 @@
 // again, and a plain [record.EventRecorder] would post the same Warning on
 // every attempt. [Deduplicator] wraps a recorder and forwards an event for an
 // object only when its (type, reason, message) differs from the last event it
-// forwarded for that object. It is shared by the binder and the provisioner.
+// forwarded for that object, or when that one was forwarded more than
+// [RefreshInterval] ago: the API server drops events after its --event-ttl
+// (one hour by default), and a claim that stays Pending for a day must still
+// say why. It is shared by the binder and the provisioner.
 //
 // [Writer] writes the events of a broadcaster to the API server from
 // several workers, so that a busy sidecar does not drop them.
@@ -14,6 +17,7 @@ import (
 	"container/list"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +29,13 @@ import (
 // DefaultMaxObjects is the number of objects whose last event a
 // [Deduplicator] remembers when it is given no positive limit.
 const DefaultMaxObjects = 10000
+
+// RefreshInterval is how long a [Deduplicator] drops the repetitions of an
+// event; the first one after it is forwarded. Half of kube-apiserver's
+// default --event-ttl: client-go's correlator turns the repetition into an
+// update of the event (its count), which renews the event's time to live,
+// or creates it again if it expired.
+const RefreshInterval = 30 * time.Minute
 
 // Deduplicator is a [record.EventRecorder] that drops an event when it repeats
 // the last event recorded for the same object.
@@ -43,6 +54,7 @@ const DefaultMaxObjects = 10000
 type Deduplicator struct {
 	next record.EventRecorder
 	max  int
+	now  func() time.Time
 
 	mu    sync.Mutex
 	order *list.List               // of *entry, most recently used first
@@ -52,6 +64,7 @@ type Deduplicator struct {
 type entry struct {
 	key                        string
 	eventtype, reason, message string
+	at                         time.Time // when it was forwarded
 }
 
 var _ record.EventRecorder = (*Deduplicator)(nil)
@@ -66,6 +79,7 @@ func NewDeduplicator(next record.EventRecorder, maxObjects int) *Deduplicator {
 	return &Deduplicator{
 		next:  next,
 		max:   maxObjects,
+		now:   time.Now,
 		order: list.New(),
 		byKey: make(map[string]*list.Element),
 	}
@@ -114,21 +128,23 @@ func (d *Deduplicator) Len() int {
 }
 
 // admit records the event as the last one for object and reports whether it
-// differs from the previous last one.
+// differs from the previous last one or that one is older than
+// RefreshInterval.
 func (d *Deduplicator) admit(object runtime.Object, eventtype, reason, message string) bool {
 	key := objectKey(object)
+	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if el, ok := d.byKey[key]; ok {
 		e := el.Value.(*entry)
 		d.order.MoveToFront(el)
-		if e.eventtype == eventtype && e.reason == reason && e.message == message {
+		if e.eventtype == eventtype && e.reason == reason && e.message == message && now.Sub(e.at) < RefreshInterval {
 			return false
 		}
-		e.eventtype, e.reason, e.message = eventtype, reason, message
+		e.eventtype, e.reason, e.message, e.at = eventtype, reason, message, now
 		return true
 	}
-	d.byKey[key] = d.order.PushFront(&entry{key: key, eventtype: eventtype, reason: reason, message: message})
+	d.byKey[key] = d.order.PushFront(&entry{key: key, eventtype: eventtype, reason: reason, message: message, at: now})
 	for d.order.Len() > d.max {
 		oldest := d.order.Back()
 		d.order.Remove(oldest)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +51,8 @@ func claim(name, uid string) *corev1.PersistentVolumeClaim {
 }
 
 type step struct {
-	forget  string // UID to forget before recording, if any
+	after   time.Duration // the clock moves by this before recording
+	forget  string        // UID to forget before recording, if any
 	obj     runtime.Object
 	typ     string
 	reason  string
@@ -103,6 +105,15 @@ func TestDeduplicator(t *testing.T) {
 			{obj: &corev1.ObjectReference{Name: "a", UID: "uid-a"}, typ: "Normal", reason: "R", message: "m", want: true},
 			{obj: a, typ: "Normal", reason: "R", message: "m"},
 		}},
+		{name: "a repetition is forwarded again after RefreshInterval, from the last forwarded one", steps: []step{
+			{obj: a, typ: "Warning", reason: "R", message: "m", want: true},
+			{after: RefreshInterval - time.Second, obj: a, typ: "Warning", reason: "R", message: "m"},
+			{after: time.Second, obj: a, typ: "Warning", reason: "R", message: "m", want: true},
+			{after: RefreshInterval / 2, obj: a, typ: "Warning", reason: "R", message: "m"},
+			{after: RefreshInterval / 2, obj: a, typ: "Warning", reason: "R", message: "m", want: true},
+			{obj: b, typ: "Warning", reason: "R", message: "m", want: true},
+			{after: RefreshInterval - time.Second, obj: a, typ: "Warning", reason: "R", message: "m"},
+		}},
 		{name: "bounded: the least recently used object is forgotten", max: 2, steps: []step{
 			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
 			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
@@ -116,7 +127,10 @@ func TestDeduplicator(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			next := &recorder{}
 			d := NewDeduplicator(next, tt.max)
+			now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+			d.now = func() time.Time { return now }
 			for i, s := range tt.steps {
+				now = now.Add(s.after)
 				if s.forget != "" {
 					d.Forget(types.UID(s.forget))
 				}
