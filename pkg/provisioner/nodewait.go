@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-storage/csi-provisioner/internal/events"
 )
 
 // untakenEventSuffix ends the name of the event that explains why no node
@@ -42,6 +44,9 @@ type untakenClaim struct {
 	// decline is why this node declined the claim for capacity, the last
 	// time; nil for a claim declined for another reason.
 	decline *capacityDecline
+	// explained is when this node last posted or renewed the claim's
+	// event; zero before.
+	explained time.Time
 }
 
 // add records the claim, with why this node declined it for capacity (nil
@@ -61,6 +66,32 @@ func (u *untaken) add(claim *corev1.PersistentVolumeClaim, decline *capacityDecl
 		u.claims = map[types.UID]untakenClaim{}
 	}
 	u.claims[claim.UID] = untakenClaim{key: claim.Namespace + "/" + claim.Name, decline: decline}
+	return true
+}
+
+// firstExplanation reports whether this node has not explained the claim
+// yet, and if so records now as its explanation.
+func (u *untaken) firstExplanation(uid types.UID, now time.Time) bool {
+	return u.explain(uid, now, func(last time.Time) bool { return last.IsZero() })
+}
+
+// renewal reports whether this node explained the claim at least
+// events.RefreshInterval ago, and if so records now as its explanation.
+func (u *untaken) renewal(uid types.UID, now time.Time) bool {
+	return u.explain(uid, now, func(last time.Time) bool {
+		return !last.IsZero() && now.Sub(last) >= events.RefreshInterval
+	})
+}
+
+func (u *untaken) explain(uid types.UID, now time.Time, due func(last time.Time) bool) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c, ok := u.claims[uid]
+	if !ok || !due(c.explained) {
+		return false
+	}
+	c.explained = now
+	u.claims[uid] = c
 	return true
 }
 
@@ -143,15 +174,21 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 // explainNoCapacity is called when this node declined claim for capacity
 // (too little room, or GetCapacity failed). Unless another node takes the
 // claim within the grace period, it posts the claim's one untaken-claim
-// event with this node's reason. Upstream posts nothing, and
-// such a claim stays Pending with only kube-controller-manager's
-// "waiting for a volume to be created" (external-provisioner's README
-// says so).
+// event with this node's reason. Declined again later (an update of the
+// claim, the library's resync), it renews the event once its explanation
+// is events.RefreshInterval old, so that a claim Pending for days keeps it
+// (the API server drops events after an hour). Upstream posts nothing, and
+// such a claim stays Pending with only kube-controller-manager's "waiting
+// for a volume to be created" (external-provisioner's README says so).
 func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline capacityDecline) {
+	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
+	message := fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason)
 	if !p.node.untaken.add(claim, &decline) {
+		if p.node.untaken.renewal(claim.UID, p.cfg.clock.Now()) {
+			p.postUntaken(ctx, claim, message)
+		}
 		return
 	}
-	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
 	timer := p.cfg.clock.NewTimer(grace)
 	go func() {
 		defer timer.Stop()
@@ -164,43 +201,65 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		if err != nil {
 			return // taken, bound or gone: nothing to explain
 		}
-		p.postUntaken(ctx, cur, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason))
+		if p.node.untaken.firstExplanation(cur.UID, p.cfg.clock.Now()) {
+			p.postUntaken(ctx, cur, message)
+		}
 	}()
 }
 
-// explainImmediateOff posts, once, the claim's untaken-claim event for an
-// Immediate claim that no node takes because ImmediateBinding is off.
+// explainImmediateOff posts the claim's untaken-claim event for an
+// Immediate claim that no node takes because ImmediateBinding is off, and
+// renews it as explainNoCapacity does.
 func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.PersistentVolumeClaim, className string) {
-	if !p.node.untaken.add(claim, nil) {
-		return
+	now := p.cfg.clock.Now()
+	p.node.untaken.add(claim, nil)
+	if p.node.untaken.firstExplanation(claim.UID, now) || p.node.untaken.renewal(claim.UID, now) {
+		p.postUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))
 	}
-	p.postUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))
 }
 
 // postUntaken creates the claim's untaken-claim event (a Warning
-// ProvisioningFailed from this node) unless another node already did.
+// ProvisioningFailed from this node). If another node (or this one before a
+// restart) created it, it renews it when its last time is
+// events.RefreshInterval old: count + 1, the time, this node's message;
+// otherwise that node's explanation stands.
 func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	now := metav1.NewTime(p.cfg.clock.Now())
+	name := string(claim.UID) + untakenEventSuffix
+	source := corev1.EventSource{Component: EventSourceComponent, Host: p.node.NodeName}
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: string(claim.UID) + untakenEventSuffix, Namespace: claim.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: claim.Namespace},
 		InvolvedObject: corev1.ObjectReference{
 			Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: claim.Namespace, Name: claim.Name,
 			UID: claim.UID, ResourceVersion: claim.ResourceVersion,
 		},
 		Reason: reasonProvisioningFailed, Message: message, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: EventSourceComponent, Host: p.node.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		Source: source, FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	_, err := p.client.CoreV1().Events(claim.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		logger.V(4).Info("Another node already explained why no node takes the claim")
-	case err != nil:
-		logger.Error(err, "Could not post the event that explains why no node takes the claim", "message", message)
-	default:
-		logger.V(2).Info("No node takes the claim", "reason", message)
+	client := p.client.CoreV1().Events(claim.Namespace)
+	_, err := client.Create(ctx, ev, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var cur *corev1.Event
+		if cur, err = client.Get(ctx, name, metav1.GetOptions{}); err == nil {
+			if now.Sub(cur.LastTimestamp.Time) < events.RefreshInterval {
+				logger.V(4).Info("Another node already explained why no node takes the claim", "node", cur.Source.Host)
+				return
+			}
+			cur.Count++
+			cur.LastTimestamp, cur.Message, cur.Source = now, message, source
+			_, err = client.Update(ctx, cur, metav1.UpdateOptions{})
+		}
+		if apierrors.IsConflict(err) {
+			logger.V(4).Info("Another node renewed the explanation of the claim at the same time")
+			return
+		}
 	}
+	if err != nil {
+		logger.Error(err, "Could not post the event that explains why no node takes the claim", "message", message)
+		return
+	}
+	logger.V(2).Info("No node takes the claim", "reason", message)
 }

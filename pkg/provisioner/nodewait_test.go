@@ -16,6 +16,7 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kube-storage/csi-provisioner/internal/events"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -23,7 +24,10 @@ import (
 // Immediate claim no node takes in node deployment: after a capacity
 // decline, posted unless another node takes the claim within the grace
 // period (1.5 × MaxDelay); at once when immediate binding is off; once per
-// claim, and not again when another node posted it first (same name).
+// claim, not again when another node posted it first (same name), and
+// renewed (count + 1) when the claim is declined again and the
+// explanation is events.RefreshInterval old, so that the API server's
+// event TTL does not take it away.
 func TestNodeDeploymentExplainUntaken(t *testing.T) {
 	const (
 		baseDelay = 10 * time.Second
@@ -31,31 +35,35 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 		grace     = 30 * time.Second
 	)
 	short := &csi.GetCapacityResponse{AvailableCapacity: gi - 1}
-	otherNodes := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: "uid-c" + untakenEventSuffix, Namespace: testNS},
-		Reason:     reasonProvisioningFailed, Message: "from n1", Source: corev1.EventSource{Host: "n1"},
-	}
+	const noRoom = "no node took the claim within 30s: node n9 has not enough capacity: 1073741823 bytes available, 1073741824 requested. In node deployment"
+	const immediateOff = `no node takes this claim: its storageclass "sc" binds Immediately, and the provisioners of test.csi.example.com run on each node (--node-deployment) with --node-deployment-immediate-binding=false`
 	tests := []struct {
 		name         string
 		capacity     *fakeCapacity
 		immediateOff bool
-		existing     *corev1.Event
+		// existingAge, when positive, creates the event before the test,
+		// from node n1, that long ago.
+		existingAge time.Duration
 		// afterDecline runs after the first sync declined the claim,
 		// before the grace period ends.
 		afterDecline func(t *testing.T, h *harness)
-		wantMessage  string // of the claim's event; "" for no event
-		wantHost     string
-		wantCreates  int // event creates this node sent
+		// later adds a third sync events.RefreshInterval after the first
+		// explanation.
+		later       bool
+		wantMessage string // of the claim's event; "" for no event
+		wantHost    string
+		wantCount   int32
+		// event creates and updates this node sent
+		wantCreates, wantUpdates int
 	}{
 		{
 			name: "not enough capacity, no node takes it", capacity: &fakeCapacity{resp: short},
-			wantMessage: "no node took the claim within 30s: node n9 has not enough capacity: 1073741823 bytes available, 1073741824 requested. In node deployment",
-			wantHost:    thisNode, wantCreates: 1,
+			wantMessage: noRoom, wantHost: thisNode, wantCount: 1, wantCreates: 1,
 		},
 		{
 			name: "GetCapacity fails, no node takes it", capacity: &fakeCapacity{err: errors.New("driver busy")},
 			wantMessage: "no node took the claim within 30s: capacity of node n9 unknown: GetCapacity: driver busy.",
-			wantHost:    thisNode, wantCreates: 1,
+			wantHost:    thisNode, wantCount: 1, wantCreates: 1,
 		},
 		{
 			name: "another node takes it within the grace period", capacity: &fakeCapacity{resp: short},
@@ -72,13 +80,24 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			},
 		},
 		{
-			name: "another node explained it first", capacity: &fakeCapacity{resp: short}, existing: otherNodes,
-			wantMessage: "from n1", wantHost: "n1", wantCreates: 1,
+			name: "another node explained it first", capacity: &fakeCapacity{resp: short}, existingAge: time.Minute,
+			wantMessage: "from n1", wantHost: "n1", wantCount: 1, wantCreates: 1,
+		},
+		{
+			name: "another node's explanation is an hour old: renewed", capacity: &fakeCapacity{resp: short}, existingAge: time.Hour,
+			wantMessage: noRoom, wantHost: thisNode, wantCount: 2, wantCreates: 1, wantUpdates: 1,
+		},
+		{
+			name: "still untaken RefreshInterval later: renewed", capacity: &fakeCapacity{resp: short}, later: true,
+			wantMessage: noRoom, wantHost: thisNode, wantCount: 2, wantCreates: 2, wantUpdates: 1,
 		},
 		{
 			name: "immediate binding off: at once", immediateOff: true,
-			wantMessage: `no node takes this claim: its storageclass "sc" binds Immediately, and the provisioners of test.csi.example.com run on each node (--node-deployment) with --node-deployment-immediate-binding=false`,
-			wantHost:    thisNode, wantCreates: 1,
+			wantMessage: immediateOff, wantHost: thisNode, wantCount: 1, wantCreates: 1,
+		},
+		{
+			name: "immediate binding off, RefreshInterval later: renewed", immediateOff: true, later: true,
+			wantMessage: immediateOff, wantHost: thisNode, wantCount: 2, wantCreates: 2, wantUpdates: 1,
 		},
 	}
 	for _, tt := range tests {
@@ -92,14 +111,17 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			}
 			claim := newClaim("c").Obj()
 			objs := append(cluster(), claim, newClass().Obj())
-			if tt.existing != nil {
-				objs = append(objs, tt.existing)
+			if tt.existingAge > 0 {
+				at := metav1.NewTime(clk.Now().Add(-tt.existingAge))
+				objs = append(objs, &corev1.Event{
+					ObjectMeta: metav1.ObjectMeta{Name: "uid-c" + untakenEventSuffix, Namespace: testNS},
+					Reason:     reasonProvisioningFailed, Message: "from n1", Source: corev1.EventSource{Host: "n1"},
+					FirstTimestamp: at, LastTimestamp: at, Count: 1,
+				})
 			}
 			h := newHarness(t, topologyCaps(), objs, WithNodeDeployment(nd), WithClock(clk))
-
-			// Two syncs of the claim, as the library's retries: the
-			// second neither explains again nor starts a second wait.
-			for sync := range 2 {
+			sync := func() {
+				t.Helper()
 				res := make(chan provisionResult, 1)
 				go func() {
 					if h.p.ShouldProvision(h.ctx, claim) {
@@ -112,28 +134,38 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 				if got := drive(t, clk, res, func() {}, 2*maxDelay, 1); got.err != nil {
 					t.Fatal(got.err)
 				}
-				if sync == 0 && tt.afterDecline != nil {
-					tt.afterDecline(t, h)
-				}
-				if sync == 1 && clk.HasWaiters() {
-					t.Error("the second sync started a second wait")
-				}
-				if sync == 0 {
-					clk.Step(grace)
-				}
 			}
+			writesOf := func(verb string) int { return countOf(h.writes(), verb+" events") }
 
+			// Two syncs of the claim, as the library's retries: the
+			// second neither explains again nor starts a second wait.
+			sync()
+			if tt.afterDecline != nil {
+				tt.afterDecline(t, h)
+			}
+			clk.Step(grace)
+			sync()
+			if clk.HasWaiters() {
+				t.Error("the second sync started a second wait")
+			}
 			if tt.wantMessage == "" {
 				testutil.Eventually(t, 0, "the claim forgotten once taken", func(context.Context) (bool, error) {
 					return !h.p.node.untaken.has(claim.UID), nil
 				})
 			} else {
-				testutil.Eventually(t, 0, "this node's event create", func(context.Context) (bool, error) {
-					return countOf(h.writes(), "create events") >= tt.wantCreates, nil
+				testutil.Eventually(t, 0, "this node's explanation", func(context.Context) (bool, error) {
+					return writesOf("create") >= 1, nil
 				})
 			}
-			if got := countOf(h.writes(), "create events"); got != tt.wantCreates {
-				t.Errorf("event creates = %d (%q), want %d", got, h.writes(), tt.wantCreates)
+			if tt.later {
+				clk.Step(events.RefreshInterval)
+				sync()
+			}
+			testutil.Eventually(t, 0, "this node's event writes", func(context.Context) (bool, error) {
+				return writesOf("create") >= tt.wantCreates && writesOf("update") >= tt.wantUpdates, nil
+			})
+			if c, u := writesOf("create"), writesOf("update"); c != tt.wantCreates || u != tt.wantUpdates {
+				t.Errorf("event creates, updates = %d, %d (%q); want %d, %d", c, u, h.writes(), tt.wantCreates, tt.wantUpdates)
 			}
 			list, err := h.client.CoreV1().Events(testNS).List(t.Context(), metav1.ListOptions{})
 			if err != nil {
@@ -150,10 +182,11 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			}
 			ev := list.Items[0]
 			if ev.Name != "uid-c"+untakenEventSuffix || ev.Reason != reasonProvisioningFailed || ev.Source.Host != tt.wantHost ||
-				!strings.HasPrefix(ev.Message, tt.wantMessage) {
-				t.Errorf("event %s: %s %q from %q; want %s %q... from %q", ev.Name, ev.Reason, ev.Message, ev.Source.Host, reasonProvisioningFailed, tt.wantMessage, tt.wantHost)
+				!strings.HasPrefix(ev.Message, tt.wantMessage) || ev.Count != tt.wantCount {
+				t.Errorf("event %s: %s %q from %q, count %d; want %s %q... from %q, count %d",
+					ev.Name, ev.Reason, ev.Message, ev.Source.Host, ev.Count, reasonProvisioningFailed, tt.wantMessage, tt.wantHost, tt.wantCount)
 			}
-			if tt.existing == nil && (ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != claim.UID || ev.InvolvedObject.Name != "c" ||
+			if tt.existingAge == 0 && (ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != claim.UID || ev.InvolvedObject.Name != "c" ||
 				ev.InvolvedObject.Kind != "PersistentVolumeClaim" || ev.Source.Component != EventSourceComponent) {
 				t.Errorf("event = %+v, want a Warning about claim c from %s", ev, EventSourceComponent)
 			}
