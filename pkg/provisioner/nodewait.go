@@ -189,14 +189,13 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		}
 		return
 	}
+	// The library may end ctx with the sync (its ProvisionTimeout option
+	// does); the wait is bounded by itself, and the post has its own
+	// timeout.
+	ctx = context.WithoutCancel(ctx)
 	timer := p.cfg.clock.NewTimer(grace)
 	go func() {
-		defer timer.Stop()
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C():
-		}
+		<-timer.C()
 		cur, err := p.unowned(claim)
 		if err != nil {
 			return // taken, bound or gone: nothing to explain

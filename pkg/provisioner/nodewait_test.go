@@ -120,11 +120,16 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 				})
 			}
 			h := newHarness(t, topologyCaps(), objs, WithNodeDeployment(nd), WithClock(clk))
+			// Each sync gets a context that ends with it, as the library's
+			// does with its ProvisionTimeout option: the explanation
+			// after the grace period must not depend on it.
 			sync := func() {
 				t.Helper()
+				ctx, cancel := context.WithCancel(h.ctx)
+				defer cancel()
 				res := make(chan provisionResult, 1)
 				go func() {
-					if h.p.ShouldProvision(h.ctx, claim) {
+					if h.p.ShouldProvision(ctx, claim) {
 						res <- provisionResult{err: errors.New("ShouldProvision = true")}
 					}
 					res <- provisionResult{}
