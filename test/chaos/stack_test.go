@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -59,6 +60,7 @@ type replica struct {
 var (
 	reAcquired  = regexp.MustCompile(`Successfully acquired lease`)
 	reNewLeader = regexp.MustCompile(`"New leader detected".*leader="([^"]+)"`)
+	reKlogTime  = regexp.MustCompile(`^[IWEF]\d{4} (\d{2}:\d{2}:\d{2}\.\d{6})`)
 )
 
 func (r *replica) running() bool {
@@ -91,10 +93,39 @@ func (r *replica) leadership() (acquired bool, identity string) {
 	if m := reNewLeader.FindSubmatch(b[loc[1]:]); m != nil {
 		return true, string(m[1])
 	}
-	if all := reNewLeader.FindAllSubmatch(b[:loc[0]], -1); len(all) > 0 {
-		return true, string(all[len(all)-1][1])
+	// Only a line written just before the acquisition is the process's
+	// own: an older one names the previous leader, and the process may
+	// have been killed before it logged its own.
+	if all := reNewLeader.FindAllSubmatchIndex(b[:loc[0]], -1); len(all) > 0 {
+		last := all[len(all)-1]
+		if near(lineTime(b, last[0]), lineTime(b, loc[0]), 100*time.Millisecond) {
+			return true, string(b[last[2]:last[3]])
+		}
 	}
 	return true, ""
+}
+
+// lineTime returns the klog time of the line that holds offset i, zero if
+// it has none.
+func lineTime(b []byte, i int) time.Time {
+	start := bytes.LastIndexByte(b[:i], '\n') + 1
+	m := reKlogTime.FindSubmatch(b[start:])
+	if m == nil {
+		return time.Time{}
+	}
+	t, err := time.Parse("15:04:05.000000", string(m[1]))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+func near(a, b time.Time, d time.Duration) bool {
+	if a.IsZero() || b.IsZero() {
+		return false
+	}
+	diff := b.Sub(a)
+	return diff >= -d && diff <= d
 }
 
 func (s *stack) sidecarArgs() []string {
