@@ -219,6 +219,22 @@ func (h *harness) provisionAsync(ctx context.Context, claim *corev1.PersistentVo
 	return res
 }
 
+// selectNode sets claim name's selected-node to node in the fake API
+// server, as another node taking it would, and waits until the informer
+// has the change.
+func (h *harness) selectNode(t *testing.T, name, node string) {
+	t.Helper()
+	c := h.liveClaim(newClaim(name).Obj())
+	metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, node)
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the informer sees "+node, func(context.Context) (bool, error) {
+		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get(name)
+		return err == nil && selectedNodeName(c) == node, nil
+	})
+}
+
 // fakeCapacity is a scripted GetCapacity that records its requests.
 type fakeCapacity struct {
 	resp *csi.GetCapacityResponse
@@ -275,15 +291,7 @@ func TestNodeDeploymentBecomeOwner(t *testing.T) {
 		{
 			name: "another node takes it during the delay", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{resp: plenty},
 			during: func(t *testing.T, h *harness, _ context.CancelFunc) {
-				c := h.liveClaim(newClaim("c").Obj())
-				metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, "n1")
-				if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				testutil.Eventually(t, 0, "the informer sees n1", func(context.Context) (bool, error) {
-					c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("c")
-					return err == nil && selectedNodeName(c) == "n1", nil
-				})
+				h.selectNode(t, "c", "n1")
 				h.client.ClearActions()
 			},
 			step: poll, maxSteps: 1, // one poll interval, far less than the delay

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
-	storagehelpers "k8s.io/component-helpers/storage/volume"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kube-storage/csi-provisioner/internal/events"
@@ -68,15 +67,7 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 		{
 			name: "another node takes it within the grace period", capacity: &fakeCapacity{resp: short},
 			afterDecline: func(t *testing.T, h *harness) {
-				c := h.liveClaim(newClaim("c").Obj())
-				metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, "n1")
-				if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				testutil.Eventually(t, 0, "the informer sees n1", func(context.Context) (bool, error) {
-					c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("c")
-					return err == nil && selectedNodeName(c) == "n1", nil
-				})
+				h.selectNode(t, "c", "n1")
 			},
 		},
 		{
