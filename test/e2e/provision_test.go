@@ -174,15 +174,7 @@ func TestWaitForFirstConsumerTopology(t *testing.T) {
 	if err != nil || len(vols) != 0 {
 		t.Fatalf("volumes before a node was selected: %v, %v", vols, err)
 	}
-	// Play the scheduler: select the node.
-	got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	metav1.SetMetaDataAnnotation(&got.ObjectMeta, "volume.kubernetes.io/selected-node", "node-1")
-	if _, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s.selectNode(claim.Name, "node-1")
 	_, pv := s.waitBound(claim.Name)
 	aff := pv.Spec.NodeAffinity
 	if aff == nil || aff.Required == nil || len(aff.Required.NodeSelectorTerms) != 1 {
