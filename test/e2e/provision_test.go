@@ -85,6 +85,8 @@ func TestProvisionBindDelete(t *testing.T) {
 	if len(vols) != 1 || vols[0].GetVolumeId() != pv.Spec.CSI.VolumeHandle {
 		t.Errorf("driver volumes = %v, want the PV's handle %s", vols, pv.Spec.CSI.VolumeHandle)
 	}
+	// The library's event, through the sidecar's own event client and writer.
+	s.waitEvent(s.ns, string(claim.UID), "Normal", "ProvisioningSucceeded", "Successfully provisioned volume "+pv.Name)
 	evs := s.events(s.ns, string(claim.UID))
 	for _, e := range evs {
 		if strings.HasPrefix(e, "Warning") {
@@ -183,6 +185,31 @@ func TestWaitForFirstConsumerTopology(t *testing.T) {
 	exprs := aff.Required.NodeSelectorTerms[0].MatchExpressions
 	if len(exprs) != 1 || exprs[0].Key != topoKey || !slices.Equal(exprs[0].Values, []string{"node-1"}) {
 		t.Errorf("node affinity expressions = %+v", exprs)
+	}
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestExtraCreateMetadata: with --extra-create-metadata CreateVolume gets
+// the claim's name and namespace and the PV's name as parameters; the
+// example driver returns its parameters as the volume context, so they end
+// up in the PV's volumeAttributes.
+func TestExtraCreateMetadata(t *testing.T) {
+	s := newStack(t, stackConfig{sidecarArgs: []string{"--extra-create-metadata"}})
+	sc := s.class("meta", func(sc *storagev1.StorageClass) {
+		sc.Parameters = map[string]string{"color": "blue"}
+	})
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	want := map[string]string{
+		"color":                            "blue",
+		"csi.storage.k8s.io/pvc/name":      claim.Name,
+		"csi.storage.k8s.io/pvc/namespace": s.ns,
+		"csi.storage.k8s.io/pv/name":       pv.Name,
+	}
+	for k, v := range want {
+		if got := pv.Spec.CSI.VolumeAttributes[k]; got != v {
+			t.Errorf("volumeAttributes[%s] = %q, want %q (all: %v)", k, got, v, pv.Spec.CSI.VolumeAttributes)
+		}
 	}
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }

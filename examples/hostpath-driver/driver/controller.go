@@ -97,7 +97,7 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "mutable_parameters need the MODIFY_VOLUME capability, which this driver does not have")
 	}
-	if err := checkParameters("CreateVolume", req.GetParameters()); err != nil {
+	if err := checkParameters("CreateVolume", req.GetParameters(), extraCreateMetadata); err != nil {
 		return nil, err
 	}
 	src, err := contentSource(req.GetVolumeContentSource())
@@ -455,11 +455,23 @@ func paginate(ids []string, token string, maxEntries int32, valid *regexp.Regexp
 // passes them on to a driver.
 const reservedPrefix = "csi.storage.k8s.io/"
 
+// extraCreateMetadata are the keys of that namespace a sidecar started with
+// --extra-create-metadata adds to CreateVolume's parameters: the claim's
+// name and namespace and the PV's name. They are the driver's to read (this
+// one returns them in the volume context, as every parameter), and only in
+// CreateVolume.
+var extraCreateMetadata = map[string]bool{
+	reservedPrefix + "pvc/name":      true,
+	reservedPrefix + "pvc/namespace": true,
+	reservedPrefix + "pv/name":       true,
+}
+
 // checkParameters refuses parameters that a sidecar should have kept to
-// itself: a driver that accepted them would depend on a sidecar bug.
-func checkParameters(call string, params map[string]string) error {
+// itself: a driver that accepted them would depend on a sidecar bug. allowed
+// are reserved keys the call may carry.
+func checkParameters(call string, params map[string]string, allowed map[string]bool) error {
 	for k := range params {
-		if strings.HasPrefix(k, reservedPrefix) {
+		if strings.HasPrefix(k, reservedPrefix) && !allowed[k] {
 			return status.Errorf(codes.InvalidArgument, "%s: parameter %q is in the %s namespace, which is the sidecar's, not the driver's", call, k, reservedPrefix)
 		}
 	}
@@ -470,7 +482,7 @@ func checkParameters(call string, params map[string]string) error {
 // that could be created now. It is 0 for a topology other than this node
 // and for capabilities this driver does not support.
 func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if err := checkParameters("GetCapacity", req.GetParameters()); err != nil {
+	if err := checkParameters("GetCapacity", req.GetParameters(), nil); err != nil {
 		return nil, err
 	}
 	zero := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0), MinimumVolumeSize: wrapperspb.Int64(0)}

@@ -430,30 +430,48 @@ func TestGetCapacityFilters(t *testing.T) {
 
 // TestReservedParameters checks that the driver refuses the sidecar's own
 // StorageClass parameters (csi.storage.k8s.io/...) in every call that takes
-// a class's parameters, and accepts its own.
+// a class's parameters, and accepts its own, and that CreateVolume (only)
+// accepts the keys a sidecar adds with --extra-create-metadata and returns
+// them in the volume context.
 func TestReservedParameters(t *testing.T) {
 	d := newTestDriver(t, nil)
 	reserved := map[string]string{"kind": "fast", "csi.storage.k8s.io/fstype": "xfs"}
 	own := map[string]string{"kind": "fast"}
-	calls := map[string]func(map[string]string) error{
-		"CreateVolume": func(params map[string]string) error {
+	metadata := map[string]string{"kind": "fast", "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "ns", "csi.storage.k8s.io/pv/name": "pvc-1"}
+	calls := map[string]struct {
+		call func(map[string]string) error
+		// metadataKey is the extra-metadata key the call refuses, "" if
+		// it accepts them.
+		metadataKey string
+	}{
+		"CreateVolume": {call: func(params map[string]string) error {
 			req := createReq("v-"+fmt.Sprint(len(params)), gi)
 			req.Parameters = params
-			_, err := d.CreateVolume(t.Context(), req)
+			resp, err := d.CreateVolume(t.Context(), req)
+			if err == nil && !maps.Equal(resp.GetVolume().GetVolumeContext(), params) {
+				t.Errorf("volume context %v, want the parameters %v", resp.GetVolume().GetVolumeContext(), params)
+			}
 			return err
-		},
-		"GetCapacity": func(params map[string]string) error {
+		}},
+		"GetCapacity": {call: func(params map[string]string) error {
 			_, err := d.GetCapacity(t.Context(), &csi.GetCapacityRequest{Parameters: params})
 			return err
-		},
+		}, metadataKey: "csi.storage.k8s.io/pv"},
 	}
-	for name, call := range calls {
+	for name, c := range calls {
 		t.Run(name, func(t *testing.T) {
-			if err := call(reserved); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `parameter "csi.storage.k8s.io/fstype" is in the csi.storage.k8s.io/ namespace`) {
+			if err := c.call(reserved); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `parameter "csi.storage.k8s.io/fstype" is in the csi.storage.k8s.io/ namespace`) {
 				t.Errorf("with a reserved key: %v, want InvalidArgument naming the key", err)
 			}
-			if err := call(own); err != nil {
+			if err := c.call(own); err != nil {
 				t.Errorf("with the driver's own parameters: %v", err)
+			}
+			err := c.call(metadata)
+			switch {
+			case c.metadataKey == "" && err != nil:
+				t.Errorf("with --extra-create-metadata's keys: %v", err)
+			case c.metadataKey != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `parameter "`+c.metadataKey)):
+				t.Errorf("with --extra-create-metadata's keys: %v, want InvalidArgument naming %s...", err, c.metadataKey)
 			}
 		})
 	}
