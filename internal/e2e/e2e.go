@@ -223,6 +223,20 @@ func (d *Driver) CreateVolume(ctx context.Context, name string) (string, error) 
 	return resp.GetVolume().GetVolumeId(), nil
 }
 
+// DeleteVolume deletes the driver's volume with ID id, as an administrator
+// would in the storage backend.
+func (d *Driver) DeleteVolume(ctx context.Context, id string) error {
+	conn, err := dial(d.Socket)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := csi.NewControllerClient(conn).DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		return fmt.Errorf("DeleteVolume %s on %s: %w", id, d.Socket, err)
+	}
+	return nil
+}
+
 func dial(socket string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
