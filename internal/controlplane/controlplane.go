@@ -242,14 +242,28 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 // RestartAPIServer stops kube-apiserver and starts it again with the same
 // arguments and port, then waits until it is ready. etcd keeps the data.
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
+	if err := cp.StopAPIServer(); err != nil {
+		return err
+	}
+	return cp.StartAPIServer(ctx)
+}
+
+// StopAPIServer stops kube-apiserver: clients see connections refused until
+// StartAPIServer. Stopping a stopped one does nothing.
+func (cp *ControlPlane) StopAPIServer() error {
 	cp.mu.Lock()
 	p := cp.apiserver
+	cp.apiserver = nil
 	cp.mu.Unlock()
-	if p != nil {
-		if err := p.Stop(10 * time.Second); err != nil {
-			return err
-		}
+	if p == nil {
+		return nil
 	}
+	return p.Stop(10 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver after StopAPIServer, with the same
+// arguments and port, and waits until it is ready.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	return cp.runAPIServer(ctx)
 }
 
