@@ -122,6 +122,14 @@ func apiRows() []apiRow {
 			custom: classDeletedRow,
 		},
 		{
+			// The claim asks this driver (annotation set by hand, or left
+			// from a class since recreated for another provisioner) but
+			// its class names another provisioner: neither provisions it.
+			name:   "annotated-for-driver-class-of-another",
+			class:  func(sc *storagev1.StorageClass) { sc.Provisioner = "other.example.com" },
+			custom: annotatedForDriverRow,
+		},
+		{
 			name:   "pv-claimref-edited-to-pending-claim",
 			custom: claimRefToPendingRow,
 		},
@@ -177,6 +185,19 @@ func cloneRow(t *testing.T, s *stack, class string) {
 		if got := s.getClaim(t, c.Name); got.Status.Phase != corev1.ClaimPending {
 			t.Errorf("clone %s phase %s, want Pending", c.Name, got.Status.Phase)
 		}
+	}
+}
+
+// annotatedForDriverRow: a claim annotated for the stack's driver whose
+// class names another provisioner gets a Warning naming both and stays
+// Pending.
+func annotatedForDriverRow(t *testing.T, s *stack, class string) {
+	c := s.claim(t, testutil.NewPVC(s.ns, "annotated-for-driver").Class(class).
+		Annotation("volume.kubernetes.io/storage-provisioner", s.driver.Name))
+	s.waitEvent(t, s.ns, string(c.UID), event{corev1.EventTypeWarning, "ProvisioningFailed",
+		[]string{"the claim is annotated for " + s.driver.Name, `names provisioner "other.example.com"`}})
+	if got := s.getClaim(t, c.Name); got.Status.Phase != corev1.ClaimPending || got.Spec.VolumeName != "" {
+		t.Errorf("claim phase %s, volumeName %q; want Pending, unbound", got.Status.Phase, got.Spec.VolumeName)
 	}
 }
 
