@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// truncatedNames are the flags under which PVs are named vol-<first 8
+// characters of the claim UID>: the name no longer says which claim a
+// volume belongs to, so the sidecar finds its volumes through the
+// volume-by-claim index (internal/volindex).
+var truncatedNames = []string{"--volume-name-prefix=vol", "--volume-name-uuid-length=8"}
+
+// truncatedName is the PV name of the claim with uid under truncatedNames.
+func truncatedName(uid types.UID) string {
+	return "vol-" + strings.ReplaceAll(string(uid), "-", "")[:8]
+}
+
+// TestVolumeNames: with upstream's --volume-name-prefix and
+// --volume-name-uuid-length, PVs (and the driver's volumes) are named
+// <prefix>-<UID, maybe truncated> instead of pvc-<claim UID>; several
+// claims are provisioned and bound to PVs of those names, the driver has
+// exactly the PVs' volumes, and deleting the claims deletes PVs and
+// volumes. With a full UID the sidecar finds a claim's volume by its name;
+// with a truncated one through the index, which both cases exercise.
+func TestVolumeNames(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  func(uid types.UID) string
+	}{
+		{"truncated", truncatedNames, truncatedName},
+		{"prefix", []string{"--volume-name-prefix=vol"}, func(uid types.UID) string { return "vol-" + string(uid) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t, stackConfig{memory: true, sidecarArgs: tc.flags})
+			sc := s.class("names", nil)
+			var claims []*corev1.PersistentVolumeClaim
+			for _, name := range []string{"a", "b", "c"} {
+				claims = append(claims, s.claim(testutil.NewPVC(s.ns, name).Class(sc.Name)))
+			}
+			var pvs, handles []string
+			for _, claim := range claims {
+				_, pv := s.waitBound(claim.Name)
+				if want := tc.want(claim.UID); pv.Name != want {
+					t.Errorf("claim %s is bound to PV %s, want %s", claim.Name, pv.Name, want)
+				}
+				if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != claim.UID || ref.Name != claim.Name || ref.Namespace != s.ns {
+					t.Errorf("PV %s claimRef = %+v, want claim %s with UID %s", pv.Name, ref, claim.Name, claim.UID)
+				}
+				if pv.Status.Phase != corev1.VolumeBound {
+					t.Errorf("PV %s phase = %s, want Bound", pv.Name, pv.Status.Phase)
+				}
+				pvs = append(pvs, pv.Name)
+				handles = append(handles, pv.Spec.CSI.VolumeHandle)
+			}
+			slices.Sort(handles)
+			ids, err := s.driver.VolumeIDs(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids, handles) {
+				t.Errorf("driver volumes = %v, want the PVs' handles %v", ids, handles)
+			}
+			for _, claim := range claims {
+				if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, claim := range claims {
+				s.waitGone(claim.Name, pvs[i])
+			}
+		})
+	}
+}
+
+// TestVolumeNamesDeleteDuringCreate: under truncatedNames, a claim is
+// deleted while its CreateVolume is in flight (the driver answers 4s
+// late), with the sidecar running or SIGKILLed and restarted while the
+// claim is deleted (as TestKillDuringCreateVolume does with default names).
+// The claim keeps the in-flight finalizer until the create is finished,
+// and nothing leaks: no PV, no driver volume.
+func TestVolumeNamesDeleteDuringCreate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kill bool
+	}{{"running", false}, {"killed", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t, stackConfig{
+				driverArgs:  []string{"--create-latency=4s"},
+				sidecarArgs: append([]string{"--timeout=30s"}, truncatedNames...),
+			})
+			ctx := t.Context()
+			sc := s.class("slow", nil)
+			claim := s.claim(testutil.NewPVC(s.ns, "slow").Class(sc.Name))
+			// The volume exists in the driver: CreateVolume is in flight
+			// (the driver answers 4s later) and no PV exists yet.
+			testutil.Eventually(t, 0, "CreateVolume not started", func(ctx context.Context) (bool, error) {
+				vols, err := s.driver.ListVolumes(ctx)
+				return len(vols) == 1, err
+			})
+			if pv := s.pvOf(claim.UID); pv != nil {
+				t.Fatalf("PV %s exists before the claim's deletion; the test did not hit the window", pv.Name)
+			}
+			if tc.kill {
+				if err := s.sidecar.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.sidecar.WaitExit(ctx); err == nil {
+					t.Fatal("sidecar exited cleanly after SIGKILL")
+				}
+			}
+			if got := s.getClaim(claim.Name); !inflight.Has(got) {
+				t.Fatalf("claim lacks the in-flight finalizer while CreateVolume runs: %v", got.Finalizers)
+			}
+			if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.kill {
+				// The claim survives (Terminating) while the sidecar is down.
+				if got := s.getClaim(claim.Name); got.DeletionTimestamp == nil {
+					t.Fatalf("claim not being deleted: %+v", got.ObjectMeta)
+				}
+				if err := s.sidecar.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.waitGone(claim.Name, truncatedName(claim.UID))
+			if pv := s.pvOf(claim.UID); pv != nil {
+				t.Errorf("PV %s of the deleted claim is left", pv.Name)
+			}
+		})
+	}
+}
+
+// pvOf returns a PV whose claimRef names the claim with uid, nil if there
+// is none.
+func (s *stack) pvOf(uid types.UID) *corev1.PersistentVolume {
+	s.t.Helper()
+	pvs, err := s.c.CoreV1().PersistentVolumes().List(s.t.Context(), metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := range pvs.Items {
+		if ref := pvs.Items[i].Spec.ClaimRef; ref != nil && ref.UID == uid {
+			return &pvs.Items[i]
+		}
+	}
+	return nil
+}
