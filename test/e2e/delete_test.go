@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// TestDeleteVolumeFails: the driver requires a deletion secret, and the
+// secret the PV names is changed after provisioning, so DeleteVolume
+// fails (UNAUTHENTICATED). The PV gets a Warning VolumeFailedDelete with
+// the driver's message and stays Released, the driver keeps the volume,
+// and the library's failed-deletion metric counts; once the secret is
+// right again the volume and the PV are deleted and the deletion metric
+// counts.
+func TestDeleteVolumeFails(t *testing.T) {
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{
+		driverArgs:  []string{"--require-delete-secret=token=abc123"},
+		sidecarArgs: []string{"--http-endpoint=" + endpoint},
+	})
+	ctx := t.Context()
+	secrets := s.c.CoreV1().Secrets(s.ns)
+	_, err := secrets.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"token": "abc123"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setToken := func(token string) {
+		t.Helper()
+		sec, err := secrets.Get(ctx, "creds", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec.Data = map[string][]byte{"token": []byte(token)}
+		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc := s.class("secret", func(sc *storagev1.StorageClass) {
+		sc.Parameters = map[string]string{
+			"csi.storage.k8s.io/provisioner-secret-name":      "creds",
+			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+		}
+	})
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	handle := pv.Spec.CSI.VolumeHandle
+	deleted := metricSeries("controller_persistentvolume_delete_total", "class", sc.Name)
+	failed := metricSeries("controller_persistentvolume_delete_failed_total", "class", sc.Name)
+
+	setToken("changed")
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(metav1.NamespaceDefault, string(pv.UID), corev1.EventTypeWarning, "VolumeFailedDelete", `secret "token" has the wrong value`)
+	testutil.Eventually(t, 0, "no failed deletion in the metrics", func(ctx context.Context) (bool, error) {
+		n, err := metricValue(ctx, endpoint, failed)
+		return n >= 1, err
+	})
+	if n, err := metricValue(ctx, endpoint, deleted); err != nil || n != 0 {
+		t.Errorf("%s = %v (%v) after a failed deletion only, want 0", deleted, n, err)
+	}
+	got, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("PV after a failed DeleteVolume: %v", err)
+	}
+	if got.Status.Phase != corev1.VolumeReleased {
+		t.Errorf("PV phase = %s after a failed DeleteVolume, want Released", got.Status.Phase)
+	}
+	if ids, err := s.driver.VolumeIDs(ctx); err != nil || !slices.Equal(ids, []string{handle}) {
+		t.Errorf("driver volumes = %v (%v) after a failed DeleteVolume, want %s", ids, err, handle)
+	}
+
+	setToken("abc123")
+	s.waitGone(claim.Name, pv.Name)
+	testutil.Eventually(t, 0, "no deletion in the metrics", func(ctx context.Context) (bool, error) {
+		n, err := metricValue(ctx, endpoint, deleted)
+		return n >= 1, err
+	})
+}
+
+// metricSeries is the exposition-format name of the series name with one
+// label, as it starts a line of /metrics.
+func metricSeries(name, label, value string) string {
+	return fmt.Sprintf("%s{%s=%q}", name, label, value)
+}
+
+// metricValue returns the value of series (see [metricSeries]) on the
+// sidecar's /metrics, 0 when it is not there (a counter not yet
+// incremented) or the sidecar does not listen yet.
+func metricValue(ctx context.Context, endpoint, series string) (float64, error) {
+	code, body, err := httpGet(ctx, endpoint, "/metrics")
+	if err != nil || code != http.StatusOK {
+		return 0, err
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, sc.Err()
+}
