@@ -103,6 +103,59 @@ func TestRestoreBeforeSnapshot(t *testing.T) {
 	s.deleteRestore(handle, src.Name, srcPV.Name, restored.Name, pv.Name)
 }
 
+// TestRestoreVolumeModeConversion: with --prevent-volume-mode-conversion
+// (the default), restoring a snapshot of a Filesystem volume into a Block
+// claim is refused with upstream's Warning and no CreateVolume is sent;
+// once the VolumeSnapshotContent carries
+// snapshot.storage.kubernetes.io/allow-volume-mode-change: "true" the
+// sidecar sends CreateVolume with the snapshot's handle and a block
+// capability. The example driver cannot turn a directory into a block
+// device and refuses that restore (INVALID_ARGUMENT, naming the snapshot):
+// its refusal, as a Warning on the claim, is what shows that the request
+// was sent.
+func TestRestoreVolumeModeConversion(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, beforeSidecar: installSnapshotCRDs(t)})
+	ctx := t.Context()
+	snaps, err := snapclient.NewForConfig(s.cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.class("fs", nil)
+	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
+	_, srcPV := s.waitBound(src.Name)
+	handle, _ := s.readySnapshot(snaps, s.ns, srcPV)
+	content := e2e.SnapshotContentName(s.ns, "snap")
+
+	group := "snapshot.storage.k8s.io"
+	block := s.claim(testutil.NewPVC(s.ns, "block").Class(sc.Name).Size("1Gi").Block().DataSource(&group, "VolumeSnapshot", "snap"))
+	s.waitEvent(s.ns, string(block.UID), corev1.EventTypeWarning, "ProvisioningFailed",
+		"requested volume "+s.ns+"/block modifies the mode of the source volume but does not have permission to do so. "+
+			"snapshot.storage.kubernetes.io/allow-volume-mode-change annotation is not present on snapshotcontent "+content)
+	if ids, err := s.driver.VolumeIDs(ctx); err != nil || !slices.Equal(ids, []string{srcPV.Spec.CSI.VolumeHandle}) {
+		t.Errorf("driver volumes = %v (%v) after the refused restore, want only the source's %s", ids, err, srcPV.Spec.CSI.VolumeHandle)
+	}
+	if got := s.getClaim(block.Name); got.Status.Phase != corev1.ClaimPending || got.Spec.VolumeName != "" {
+		t.Errorf("refused restore: phase %s, volumeName %q; want Pending, none", got.Status.Phase, got.Spec.VolumeName)
+	}
+
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := snaps.SnapshotV1().VolumeSnapshotContents().Get(ctx, content, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&got.ObjectMeta, "snapshot.storage.kubernetes.io/allow-volume-mode-change", "true")
+		_, err = snaps.SnapshotV1().VolumeSnapshotContents().Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(s.ns, string(block.UID), corev1.EventTypeWarning, "ProvisioningFailed",
+		"source snapshot \""+handle+"\" is a mount snapshot; cannot restore it to a block volume")
+
+	s.deleteRestore(handle, src.Name, srcPV.Name, block.Name, "")
+}
+
 // readySnapshot snapshots the volume of pv in the driver and creates in
 // namespace a ready VolumeSnapshot "snap" of it (the test plays the
 // snapshot-controller), deleted when the test ends. It returns the
