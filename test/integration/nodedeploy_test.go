@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -238,14 +239,15 @@ func (e *env) waitPVsGone(names ...string) {
 // node as its node ID and topology, registers the node (Node and CSINode,
 // as the kubelet would), and starts a sidecar with --node-deployment,
 // NODE_NAME=node and --enable-capacity in the test's namespace. Short
-// delays let Immediate claims be taken quickly.
-func (e *env) startNodeStack(node string) *stack {
+// delays let Immediate claims be taken quickly. extraArgs are added to the
+// sidecar's flags.
+func (e *env) startNodeStack(node string, extraArgs ...string) *stack {
 	e.t.Helper()
 	return e.startStackWith(stackConfig{
 		driver: e2e.DriverConfig{Topology: true, NodeID: node, Args: []string{"--capacity=10Gi"}},
-		sidecarArgs: []string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
+		sidecarArgs: append([]string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
 			"--retry-interval-start=200ms", "--retry-interval-max=2s",
-			"--enable-capacity", "--capacity-ownerref-level=-1", "--capacity-poll-interval=1h"},
+			"--enable-capacity", "--capacity-ownerref-level=-1", "--capacity-poll-interval=1h"}, extraArgs...),
 		sidecarEnv: []string{"NODE_NAME=" + node, "NAMESPACE=" + e.ns},
 	})
 }
@@ -265,4 +267,90 @@ func affinityNodes(pv *corev1.PersistentVolume) []string {
 		}
 	}
 	return out
+}
+
+// TestNodeDeploymentVolumeWithoutAffinity: in node deployment with a driver
+// that reports topology, a Released PV of the driver with reclaim policy
+// Delete but no node affinity is deleted by no node: each node posts a
+// Warning VolumeFailedDelete that says why, and the PV and its volume in
+// node A's driver stay, also when the nodes sync the PV again (node B's
+// driver, which does not have the volume, would call it deleted). A control
+// PV of node A with node affinity, Released at the same time, is deleted.
+func TestNodeDeploymentVolumeWithoutAffinity(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	nodeA, nodeB := e.name("node-a"), e.name("node-b")
+	nodes := map[string]*stack{nodeA: e.startNodeStack(nodeA), nodeB: e.startNodeStack(nodeB)}
+
+	// Both claimRefs name a claim that no longer exists: the binder of
+	// kube-controller-manager releases the volumes at once.
+	released := func(name, id string) *testutil.PVBuilder {
+		return nodes[nodeA].staticPV(e.name(name), id).ReclaimPolicy(corev1.PersistentVolumeReclaimDelete).
+			Annotation(annProvisionedBy, e.driver).ClaimRef(e.ns, name, "6d3c3f9e-0000-4000-8000-000000000000")
+	}
+	orphanID := nodes[nodeA].createVolume(e.name("orphan"))
+	controlID := nodes[nodeA].createVolume(e.name("control"))
+	orphan := e.createPV(released("orphan", orphanID))
+	control := e.createPV(released("control", controlID).NodeAffinity(e2e.TopologyKey, nodeA))
+
+	e.waitPVGone(control.Name)
+	// Each node says why it does not delete the PV; the test stops at once
+	// if one deletes it instead.
+	var last []string
+	testutil.Eventually(t, 0, "a Warning VolumeFailedDelete from each node", func(ctx context.Context) (bool, error) {
+		pv, err := e.c.CoreV1().PersistentVolumes().Get(ctx, orphan.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, fmt.Errorf("PV %s without node affinity was deleted (events %q)", orphan.Name, last)
+		case err != nil:
+			return false, err
+		case pv.DeletionTimestamp != nil:
+			return false, fmt.Errorf("PV %s without node affinity is being deleted (events %q)", orphan.Name, last)
+		}
+		if last, err = e.events(ctx, orphan.UID); err != nil {
+			return false, err
+		}
+		for node := range nodes {
+			want := "Warning VolumeFailedDelete: node " + node + " does not delete this volume: it has no node affinity, " +
+				"and in node deployment no node can tell whether the volume is its own"
+			if !slices.ContainsFunc(last, func(ev string) bool { return strings.HasPrefix(ev, want) }) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+
+	// Each node syncs the PV again (an update of it) and declines again:
+	// its log says so once more.
+	const declined = "Not deleting a volume without node affinity in node deployment"
+	before := map[string]int{}
+	for node, s := range nodes {
+		before[node] = s.logCount(declined)
+	}
+	if _, err := e.c.CoreV1().PersistentVolumes().Patch(t.Context(), orphan.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for node, s := range nodes {
+		testutil.Eventually(t, 0, "node "+node+" did not sync the touched PV", func(context.Context) (bool, error) {
+			return s.logCount(declined) > before[node], nil
+		})
+		t.Logf("node %s: %q logged %d times before the update, %d after", node, declined, before[node], s.logCount(declined))
+	}
+
+	got := e.getPV(orphan.Name)
+	if got.DeletionTimestamp != nil || got.Status.Phase != corev1.VolumeReleased {
+		t.Errorf("PV without node affinity: deletionTimestamp %v, phase %s; want nil, Released", got.DeletionTimestamp, got.Status.Phase)
+	}
+	for node, s := range nodes {
+		want := []string(nil)
+		if node == nodeA {
+			want = []string{orphanID}
+		}
+		if ids, err := s.volumeIDs(t.Context()); err != nil || !slices.Equal(ids, want) {
+			t.Errorf("node %s: driver volumes %v (%v), want %v", node, ids, err, want)
+		}
+	}
 }

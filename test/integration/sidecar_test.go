@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -290,4 +292,20 @@ func TestSidecarRetroactiveDefaultClass(t *testing.T) {
 	e.deleteClaim(empty.Name)
 	e.waitPVGone(pv.Name)
 	s.waitVolumeIDs()
+}
+
+// logCount returns how many lines of the sidecar's log contain substr.
+func (s *stack) logCount(substr string) int {
+	s.e.t.Helper()
+	b, err := os.ReadFile(s.sidecar.LogPath)
+	if err != nil {
+		s.e.t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
 }
