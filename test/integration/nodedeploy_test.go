@@ -354,3 +354,94 @@ func TestNodeDeploymentVolumeWithoutAffinity(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeDeploymentImmediateBindingOff: with
+// --node-deployment-immediate-binding=false no node takes an Immediate
+// claim. The claim gets at once one Warning ProvisioningFailed, named
+// <claim UID>.no-node-takes-it and posted by one of the two nodes, that
+// says why and what to do; once both nodes have declined it, it is Pending
+// with no selected node and no volume. A WaitForFirstConsumer claim with a
+// selected node is still provisioned by that node.
+func TestNodeDeploymentImmediateBindingOff(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	nodeA, nodeB := e.name("node-a"), e.name("node-b")
+	nodes := map[string]*stack{
+		nodeA: e.startNodeStack(nodeA, "--node-deployment-immediate-binding=false"),
+		nodeB: e.startNodeStack(nodeB, "--node-deployment-immediate-binding=false"),
+	}
+	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver))
+	wffc := e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer())
+
+	claim := e.createClaim(testutil.NewPVC(e.ns, "immediate").Class(imm.Name))
+	var ev *corev1.Event
+	testutil.Eventually(t, 0, "the event that explains claim immediate", func(ctx context.Context) (bool, error) {
+		cur, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if node := cur.Annotations[selectedNodeAnn]; node != "" || cur.Spec.VolumeName != "" {
+			return false, fmt.Errorf("claim taken: selected node %q, volume %q", node, cur.Spec.VolumeName)
+		}
+		ev, err = e.c.CoreV1().Events(e.ns).Get(ctx, string(claim.UID)+".no-node-takes-it", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	want := fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) "+
+		"with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer",
+		imm.Name, e.driver)
+	if _, ok := nodes[ev.Source.Host]; !ok || ev.Type != corev1.EventTypeWarning || ev.Reason != "ProvisioningFailed" ||
+		ev.InvolvedObject.UID != claim.UID || ev.Message != want || ev.Count != 1 {
+		t.Errorf("event %s: %s %s %q from %q, count %d; want Warning ProvisioningFailed %q from one of the nodes, count 1",
+			ev.Name, ev.Type, ev.Reason, ev.Message, ev.Source.Host, ev.Count, want)
+	}
+	// Both nodes have seen the claim: one posted the event, the other found
+	// it there.
+	for node, s := range nodes {
+		msg := "Another node already explained why no node takes the claim"
+		if node == ev.Source.Host {
+			msg = "No node takes the claim"
+		}
+		if err := s.sidecar.WaitLog(t.Context(), msg); err != nil {
+			t.Errorf("node %s: %v", node, err)
+		}
+	}
+
+	// Control: a claim with a selected node is provisioned by its node.
+	e.createClaim(testutil.NewPVC(e.ns, "wffc").Class(wffc.Name).Annotation(selectedNodeAnn, nodeB))
+	bound := e.waitClaim("wffc", "Bound", isBound)
+	nodes[nodeB].waitVolumeIDs(e.getPV(bound.Spec.VolumeName).Spec.CSI.VolumeHandle)
+
+	got := e.getClaim(claim.Name)
+	if got.Status.Phase != corev1.ClaimPending || got.Spec.VolumeName != "" || metav1.HasAnnotation(got.ObjectMeta, selectedNodeAnn) {
+		t.Errorf("immediate claim: phase %s, volumeName %q, annotations %v; want Pending, no volume, no selected node",
+			got.Status.Phase, got.Spec.VolumeName, got.Annotations)
+	}
+	if ids, err := nodes[nodeA].volumeIDs(t.Context()); err != nil || len(ids) != 0 {
+		t.Errorf("node %s: driver volumes %v (%v), want none", nodeA, ids, err)
+	}
+	pvs, err := e.c.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pvs.Items) != 1 || pvs.Items[0].Name != bound.Spec.VolumeName {
+		t.Errorf("%d PVs, want only %s of the claim with a selected node", len(pvs.Items), bound.Spec.VolumeName)
+	}
+	var count int32
+	if evs, err := e.c.CoreV1().Events(e.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(claim.UID)}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, ev := range evs.Items {
+			if ev.Reason == "ProvisioningFailed" {
+				count += ev.Count
+			}
+		}
+	}
+	if count != 1 {
+		t.Errorf("immediate claim: %d ProvisioningFailed events, want 1", count)
+	}
+}
