@@ -15,6 +15,41 @@ import (
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
 )
 
+// TestBinderWaitForPodScheduled: a claim of a WaitForFirstConsumer class says
+// what it waits for: a first consumer while no pod uses it, then the one
+// pod that uses it and is not scheduled (a scheduled pod does not count),
+// then both such pods, sorted. No scheduler runs here, so the pods stay
+// unscheduled and the claim stays Pending, not handed to the provisioner.
+func TestBinderWaitForPodScheduled(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	rb := e.startBinder(binderConfig{})
+	sc := e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer())
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	e.waitClaimEvent(claim, corev1.EventTypeNormal, "WaitForFirstConsumer", "waiting for first consumer to be created before binding")
+
+	createPod := func(name, node string) {
+		t.Helper()
+		pod := testutil.NewPod(e.ns, name, node, claim.Name)
+		pod.ResourceVersion, pod.Status = "", corev1.PodStatus{}
+		if _, err := e.c.CoreV1().Pods(e.ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPod("scheduled", "node-"+e.ns)
+	createPod("web-b", "")
+	e.waitClaimEvent(claim, corev1.EventTypeNormal, "WaitForPodScheduled", "waiting for pod web-b to be scheduled")
+	createPod("web-a", "")
+	e.waitClaimEvent(claim, corev1.EventTypeNormal, "WaitForPodScheduled", "waiting for pods web-a,web-b to be scheduled",
+		"waiting for pod web-b to be scheduled")
+
+	rb.waitResyncs(t, 2)
+	got := e.getClaim(claim.Name)
+	if got.Status.Phase != corev1.ClaimPending || got.Spec.VolumeName != "" || metav1.HasAnnotation(got.ObjectMeta, annStorageProv) {
+		t.Errorf("claim: phase %s, volumeName %q, annotations %v; want Pending, no volume, not handed to the provisioner",
+			got.Status.Phase, got.Spec.VolumeName, got.Annotations)
+	}
+}
+
 // TestBinderPreBoundMismatch: a claim pre-bound (spec.volumeName) to a
 // volume it cannot have gets a Warning that says why: the volume is bound
 // to another claim (FailedBinding), or it is too small, of another class,
