@@ -6,14 +6,65 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
 )
+
+// TestSidecarExternalProvisioningEvent: with the real sidecar and a driver
+// whose CreateVolume takes 8s, a claim handed to the provisioner that is
+// still unbound after the binder's provisioning grace (twice
+// --binder-resync-period: 2s) gets one Normal ExternalProvisioning event,
+// not before the grace, with upstream's message; it then binds, and its
+// resyncs while it waited did not post the event again.
+func TestSidecarExternalProvisioningEvent(t *testing.T) {
+	const grace = 2 * time.Second
+	e := newEnv(t, controlplane.Need(t, shared))
+	s := e.startStackWith(stackConfig{
+		driver: e2e.DriverConfig{Args: []string{"--create-latency=8s"}},
+		sidecarArgs: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s",
+			"--timeout=1m"},
+	})
+	sc := e.createClass(testutil.NewSC(e.name("slow"), e.driver))
+	claim := e.createClaim(testutil.NewPVC(e.ns, "slow").Class(sc.Name))
+
+	e.waitClaimEvent(claim, corev1.EventTypeNormal, "ExternalProvisioning", "Waiting for a volume to be created either by the external provisioner '"+
+		e.driver+"' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.")
+
+	pvc := e.waitClaim(claim.Name, "Bound", isBound)
+	pv := e.getPV(pvc.Spec.VolumeName)
+	checkBound(t, pvc, pv, true, false)
+	s.waitVolumeIDs(pv.Spec.CSI.VolumeHandle)
+
+	list, err := e.c.CoreV1().Events(e.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(claim.UID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range list.Items {
+		if ev.Reason != "ExternalProvisioning" {
+			continue
+		}
+		n++
+		// Timestamps are whole seconds; the binder measures the claim's age
+		// from its (whole-second) creation timestamp too.
+		waited := ev.FirstTimestamp.Sub(claim.CreationTimestamp.Time)
+		t.Logf("ExternalProvisioning event %s: %s after the claim's creation, count %d", ev.Name, waited, ev.Count)
+		if waited < grace || ev.Count != 1 {
+			t.Errorf("ExternalProvisioning event %s: %s after the claim's creation, count %d; want at least %s (the grace), count 1",
+				ev.Name, waited, ev.Count, grace)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d ExternalProvisioning events, want 1", n)
+	}
+}
 
 // TestBinderWaitForPodScheduled: a claim of a WaitForFirstConsumer class says
 // what it waits for: a first consumer while no pod uses it, then the one
