@@ -445,3 +445,39 @@ func TestNodeDeploymentImmediateBindingOff(t *testing.T) {
 		t.Errorf("immediate claim: %d ProvisioningFailed events, want 1", count)
 	}
 }
+
+// TestNodeDeploymentNoTopologyDeletes: with a driver that reports no
+// topology, volumes are not tied to a node, so in node deployment a
+// Released Delete PV of the driver without node affinity is deleted, its
+// volume with it, as upstream does.
+func TestNodeDeploymentNoTopologyDeletes(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	node := e.name("node")
+	s := e.startStackWith(stackConfig{
+		driver: e2e.DriverConfig{NodeID: node},
+		sidecarArgs: []string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
+			"--retry-interval-start=200ms", "--retry-interval-max=2s"},
+		sidecarEnv: []string{"NODE_NAME=" + node},
+	})
+	id := s.createVolume(e.name("orphan"))
+	orphan := e.createPV(s.staticPV(e.name("orphan"), id).ReclaimPolicy(corev1.PersistentVolumeReclaimDelete).
+		Annotation(annProvisionedBy, e.driver).ClaimRef(e.ns, "gone", "6d3c3f9e-0000-4000-8000-000000000000"))
+	testutil.Eventually(t, 0, "PV "+orphan.Name+" not deleted", func(ctx context.Context) (bool, error) {
+		evs, err := e.events(ctx, orphan.UID)
+		if err != nil {
+			return false, err
+		}
+		if i := slices.IndexFunc(evs, func(ev string) bool { return strings.HasPrefix(ev, "Warning ") }); i >= 0 {
+			return false, fmt.Errorf("event of the PV: %q", evs[i])
+		}
+		_, err = e.c.CoreV1().PersistentVolumes().Get(ctx, orphan.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	s.waitVolumeIDs()
+}
