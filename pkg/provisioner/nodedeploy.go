@@ -425,11 +425,11 @@ func (p *Provisioner) checkVolumeNode(ctx context.Context, pv *corev1.Persistent
 	case mine:
 		return nil
 	case pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil:
-		logger.V(2).Info("Not deleting a volume without node affinity in node deployment: no node can tell whether the volume is its own")
+		logger.V(2).Info("Not deleting a volume without node affinity in node deployment: no node can tell whether the volume is its own", "pv", klog.KObj(pv))
 		p.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeFailedDelete,
 			fmt.Sprintf("node %s does not delete this volume: it has no node affinity, and in node deployment no node can tell whether the volume is its own (another node's driver would report it deleted while it stays); delete it on its node's storage and remove the PV by hand", p.node.NodeName))
 	default:
-		logger.V(4).Info("Not deleting a volume of another node", "reason", reason)
+		logger.V(4).Info("Not deleting a volume of another node", "pv", klog.KObj(pv), "reason", reason)
 	}
 	return &controller.IgnoredError{Reason: reason}
 }
