@@ -323,8 +323,8 @@ func TestNodeDeploymentVolumeWithoutAffinity(t *testing.T) {
 	})
 
 	// Each node syncs the PV again (an update of it) and declines again:
-	// its log says so once more.
-	const declined = "Not deleting a volume without node affinity in node deployment"
+	// its log says so once more, naming the PV.
+	declined := `Not deleting a volume without node affinity in node deployment: no node can tell whether the volume is its own" pv="` + orphan.Name + `"`
 	before := map[string]int{}
 	for node, s := range nodes {
 		before[node] = s.logCount(declined)
