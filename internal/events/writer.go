@@ -267,6 +267,13 @@ func (w *Writer) writeOnce(ctx context.Context, wr write) bool {
 		return true
 	}
 	logger := eventLogger(ctx, wr.event)
+	if ctx.Err() != nil {
+		// Run is stopping (the process shuts down or lost its
+		// leadership): no retry will come, and the write's error is
+		// only the cancellation.
+		logger.V(2).Info("Event not written: stopping", "err", err)
+		return true
+	}
 	var construction *restclient.RequestConstructionError
 	var status *apierrors.StatusError
 	switch {

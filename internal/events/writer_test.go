@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 )
 
 // failReason is the reason of the events whose writes fail decides; the
@@ -319,5 +322,24 @@ func TestWriterSupersedes(t *testing.T) {
 				t.Errorf("%d writes still recorded as waiting", len(w.waiting))
 			}
 		})
+	}
+}
+
+// TestWriterStopping: a write cut short because the Writer stops is not
+// logged as an error "will retry": no retry comes, the process is stopping.
+func TestWriterStopping(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
+	api := &apiEvents{fail: func(int) error { cancel(); return fmt.Errorf("post event: %w", context.Canceled) }}
+	w := NewWriter(api, WriterOptions{Workers: 1, RetryInterval: time.Hour})
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c.1"}, Reason: failReason,
+		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"}}
+	w.write(ctx, write{event: e})
+	log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if strings.Contains(log, "Cannot write event") || !strings.Contains(log, "Event not written: stopping") {
+		t.Errorf("log of a write cut short by the stop:\n%s", log)
+	}
+	if calls, _, _ := api.counts(); calls != 1 {
+		t.Errorf("%d write calls, want 1", calls)
 	}
 }
