@@ -109,6 +109,12 @@ func apiRows() []apiRow {
 			newVolumes: 1, // the source
 		},
 		{
+			// The example driver has no MODIFY_VOLUME.
+			name:  "volume-attributes-class-driver-cannot-modify",
+			claim: func(b *testutil.PVCBuilder) { b.VolumeAttributesClass("gold") },
+			want:  warning("CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"),
+		},
+		{
 			name:  "selector",
 			claim: func(b *testutil.PVCBuilder) { b.Selector(map[string]string{"app": "x"}) },
 			want:  warning("claim Selector is not supported"),

@@ -303,3 +303,24 @@ func TestImmediateTopologyWithoutNodes(t *testing.T) {
 	}
 	s.deleteAndWaitGone(claim.Name, "")
 }
+
+// TestImmediateTopologyOff: with --immediate-topology=false an Immediate
+// claim's CreateVolume carries no accessibility requirements, so the
+// topology-aware driver of TestImmediateTopologyWithoutNodes (no CSINode
+// lists its keys) places the volume itself; the PV's node affinity is the
+// topology the driver reports.
+func TestImmediateTopologyOff(t *testing.T) {
+	s := newStack(t, stackConfig{topology: true, sidecarArgs: []string{"--immediate-topology=false"}})
+	sc := s.class("anywhere", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "anywhere").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	aff := pv.Spec.NodeAffinity
+	if aff == nil || aff.Required == nil || len(aff.Required.NodeSelectorTerms) != 1 {
+		t.Fatalf("node affinity = %+v", aff)
+	}
+	exprs := aff.Required.NodeSelectorTerms[0].MatchExpressions
+	if len(exprs) != 1 || exprs[0].Key != e2e.TopologyKey || !slices.Equal(exprs[0].Values, []string{s.driver.NodeID}) {
+		t.Errorf("node affinity expressions = %+v, want %s in [%s]", exprs, e2e.TopologyKey, s.driver.NodeID)
+	}
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
