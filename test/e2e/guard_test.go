@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,16 +24,8 @@ func TestKillDuringCreateVolumeThenBoundElsewhere(t *testing.T) {
 	sc := s.class("slow", nil)
 	claim := s.claim(testutil.NewPVC(s.ns, "rebound").Class(sc.Name))
 	ctx := t.Context()
-	testutil.Eventually(t, 0, "CreateVolume not started", func(ctx context.Context) (bool, error) {
-		vols, err := s.driver.ListVolumes(ctx)
-		return len(vols) == 1, err
-	})
-	if err := s.sidecar.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sidecar.WaitExit(ctx); err == nil {
-		t.Fatal("sidecar exited cleanly after SIGKILL")
-	}
+	s.waitCreateVolumeStarted(claim)
+	s.kill()
 
 	// An administrator binds the claim to a static volume meanwhile.
 	static := testutil.NewPV(s.ns+"-static", s.driver.Name).RV("").Class(sc.Name).Size("1Gi").

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
@@ -161,31 +158,20 @@ func TestSecretsAndTemplates(t *testing.T) {
 // topology, and its PV carries matching node affinity.
 func TestWaitForFirstConsumerTopology(t *testing.T) {
 	s := newStack(t, stackConfig{topology: true})
-	topoKey := e2e.TopologyKey
 	ctx := t.Context()
 	if err := s.driver.RegisterNode(ctx, s.c); err != nil {
 		t.Fatal(err)
 	}
-	sc := s.class("wffc", func(sc *storagev1.StorageClass) {
-		m := storagev1.VolumeBindingWaitForFirstConsumer
-		sc.VolumeBindingMode = &m
-	})
+	sc := s.class("wffc", waitForFirstConsumer)
 	claim := s.claim(testutil.NewPVC(s.ns, "late").Class(sc.Name))
 	s.waitEvent(s.ns, string(claim.UID), "Normal", "WaitForFirstConsumer", "waiting for first consumer")
 	vols, err := s.driver.ListVolumes(ctx)
 	if err != nil || len(vols) != 0 {
 		t.Fatalf("volumes before a node was selected: %v, %v", vols, err)
 	}
-	s.selectNode(claim.Name, "node-1")
+	s.selectNode(claim.Name, s.driver.NodeID)
 	_, pv := s.waitBound(claim.Name)
-	aff := pv.Spec.NodeAffinity
-	if aff == nil || aff.Required == nil || len(aff.Required.NodeSelectorTerms) != 1 {
-		t.Fatalf("node affinity = %+v", aff)
-	}
-	exprs := aff.Required.NodeSelectorTerms[0].MatchExpressions
-	if len(exprs) != 1 || exprs[0].Key != topoKey || !slices.Equal(exprs[0].Values, []string{"node-1"}) {
-		t.Errorf("node affinity expressions = %+v", exprs)
-	}
+	s.checkOnDriverNode(pv)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
 
@@ -247,27 +233,9 @@ func TestKillDuringCreateVolume(t *testing.T) {
 	sc := s.class("slow", nil)
 	claim := s.claim(testutil.NewPVC(s.ns, "slow").Class(sc.Name))
 	ctx := t.Context()
-	// Wait until the volume exists in the driver: CreateVolume is in flight
-	// (the driver answers 4s later) and the sidecar has not created a PV.
-	testutil.Eventually(t, 0, "CreateVolume not started", func(ctx context.Context) (bool, error) {
-		vols, err := s.driver.ListVolumes(ctx)
-		return len(vols) == 1, err
-	})
-	pvs, err := s.c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pv := range pvs.Items {
-		if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID {
-			t.Fatalf("a PV exists before the kill; the test did not hit the window")
-		}
-	}
-	if err := s.sidecar.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sidecar.WaitExit(ctx); err == nil {
-		t.Fatal("sidecar exited cleanly after SIGKILL")
-	}
+	// The driver answers 4s later.
+	s.waitCreateVolumeStarted(claim)
+	s.kill()
 	got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -314,13 +282,6 @@ func TestImmediateTopologyOff(t *testing.T) {
 	sc := s.class("anywhere", nil)
 	claim := s.claim(testutil.NewPVC(s.ns, "anywhere").Class(sc.Name))
 	_, pv := s.waitBound(claim.Name)
-	aff := pv.Spec.NodeAffinity
-	if aff == nil || aff.Required == nil || len(aff.Required.NodeSelectorTerms) != 1 {
-		t.Fatalf("node affinity = %+v", aff)
-	}
-	exprs := aff.Required.NodeSelectorTerms[0].MatchExpressions
-	if len(exprs) != 1 || exprs[0].Key != e2e.TopologyKey || !slices.Equal(exprs[0].Values, []string{s.driver.NodeID}) {
-		t.Errorf("node affinity expressions = %+v, want %s in [%s]", exprs, e2e.TopologyKey, s.driver.NodeID)
-	}
+	s.checkOnDriverNode(pv)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }

@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -32,10 +30,7 @@ func TestWaitForFirstConsumerReschedule(t *testing.T) {
 	}
 	other := s.ns + "-other"
 	s.node(other)
-	sc := s.class("wffc", func(sc *storagev1.StorageClass) {
-		m := storagev1.VolumeBindingWaitForFirstConsumer
-		sc.VolumeBindingMode = &m
-	})
+	sc := s.class("wffc", waitForFirstConsumer)
 	claim := s.claim(testutil.NewPVC(s.ns, "moved").Class(sc.Name))
 	s.waitEvent(s.ns, string(claim.UID), "Normal", "WaitForFirstConsumer", "waiting for first consumer")
 
@@ -63,14 +58,7 @@ func TestWaitForFirstConsumerReschedule(t *testing.T) {
 
 	s.selectNode(claim.Name, s.driver.NodeID)
 	_, pv := s.waitBound(claim.Name)
-	aff := pv.Spec.NodeAffinity
-	if aff == nil || aff.Required == nil || len(aff.Required.NodeSelectorTerms) != 1 {
-		t.Fatalf("node affinity = %+v", aff)
-	}
-	exprs := aff.Required.NodeSelectorTerms[0].MatchExpressions
-	if len(exprs) != 1 || exprs[0].Key != e2e.TopologyKey || !slices.Equal(exprs[0].Values, []string{s.driver.NodeID}) {
-		t.Errorf("node affinity expressions = %+v, want %s in [%s]", exprs, e2e.TopologyKey, s.driver.NodeID)
-	}
+	s.checkOnDriverNode(pv)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
 
@@ -78,18 +66,9 @@ func TestWaitForFirstConsumerReschedule(t *testing.T) {
 // annotation.
 func (s *stack) selectNode(claim, node string) {
 	s.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(s.t.Context(), claim, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		metav1.SetMetaDataAnnotation(&got.ObjectMeta, annSelectedNode, node)
-		_, err = s.c.CoreV1().PersistentVolumeClaims(s.ns).Update(s.t.Context(), got, metav1.UpdateOptions{})
-		return err
+	s.updateClaim(claim, func(c *corev1.PersistentVolumeClaim) {
+		metav1.SetMetaDataAnnotation(&c.ObjectMeta, annSelectedNode, node)
 	})
-	if err != nil {
-		s.t.Fatalf("select node %s for claim %s: %v", node, claim, err)
-	}
 }
 
 // node creates a Node and a CSINode named name on which the stack's driver

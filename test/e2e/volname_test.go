@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,22 +101,10 @@ func TestVolumeNamesDeleteDuringCreate(t *testing.T) {
 			ctx := t.Context()
 			sc := s.class("slow", nil)
 			claim := s.claim(testutil.NewPVC(s.ns, "slow").Class(sc.Name))
-			// The volume exists in the driver: CreateVolume is in flight
-			// (the driver answers 4s later) and no PV exists yet.
-			testutil.Eventually(t, 0, "CreateVolume not started", func(ctx context.Context) (bool, error) {
-				vols, err := s.driver.ListVolumes(ctx)
-				return len(vols) == 1, err
-			})
-			if pv := s.pvOf(claim.UID); pv != nil {
-				t.Fatalf("PV %s exists before the claim's deletion; the test did not hit the window", pv.Name)
-			}
+			// The driver answers 4s later.
+			s.waitCreateVolumeStarted(claim)
 			if tc.kill {
-				if err := s.sidecar.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.sidecar.WaitExit(ctx); err == nil {
-					t.Fatal("sidecar exited cleanly after SIGKILL")
-				}
+				s.kill()
 			}
 			if got := s.getClaim(claim.Name); !inflight.Has(got) {
 				t.Fatalf("claim lacks the in-flight finalizer while CreateVolume runs: %v", got.Finalizers)
@@ -141,20 +127,4 @@ func TestVolumeNamesDeleteDuringCreate(t *testing.T) {
 			}
 		})
 	}
-}
-
-// pvOf returns a PV whose claimRef names the claim with uid, nil if there
-// is none.
-func (s *stack) pvOf(uid types.UID) *corev1.PersistentVolume {
-	s.t.Helper()
-	pvs, err := s.c.CoreV1().PersistentVolumes().List(s.t.Context(), metav1.ListOptions{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	for i := range pvs.Items {
-		if ref := pvs.Items[i].Spec.ClaimRef; ref != nil && ref.UID == uid {
-			return &pvs.Items[i]
-		}
-	}
-	return nil
 }
