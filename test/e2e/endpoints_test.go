@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +58,60 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 		`rest_client_requests_total`,
 	}
 	waitMetrics(t, endpoint, want)
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestReadyzDriverUnhealthy runs the sidecar against the example driver
+// whose storage disappears (its root replaced by an empty directory, as an
+// unmounted disk leaves its mount point): the driver's Probe fails, /readyz
+// answers 503 with the driver's reason while the sidecar keeps running, and
+// once the storage is back /readyz answers 200 and a claim is provisioned.
+func TestReadyzDriverUnhealthy(t *testing.T) {
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{sidecarArgs: []string{"--http-endpoint=" + endpoint}})
+	readyz := func(ctx context.Context) (int, string, error) { return httpGet(ctx, endpoint, "/readyz") }
+	testutil.Eventually(t, 0, "/readyz not ready", func(ctx context.Context) (bool, error) {
+		code, _, err := readyz(ctx)
+		return code == http.StatusOK, err
+	})
+
+	root, away := s.driver.Root, s.driver.Root+".away"
+	if err := os.Rename(root, away); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	testutil.Eventually(t, 0, "/readyz still 200 with the driver's storage gone", func(ctx context.Context) (bool, error) {
+		code, b, err := readyz(ctx)
+		body = b
+		return code == http.StatusServiceUnavailable, err
+	})
+	for _, want := range []string{"csi-driver:", "FailedPrecondition", "dir backend storage is gone", "volumes: no such file or directory"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/readyz body %q does not contain %q", body, want)
+		}
+	}
+	select {
+	case <-s.sidecar.Exited():
+		t.Fatalf("the sidecar exited when the driver turned unhealthy: %v", s.sidecar.ExitErr())
+	default:
+	}
+
+	if err := os.Remove(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(away, root); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "/readyz not 200 with the storage back", func(ctx context.Context) (bool, error) {
+		code, _, err := readyz(ctx)
+		return code == http.StatusOK, err
+	})
+	sc := s.class("back", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "back").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
 

@@ -69,6 +69,11 @@ type Backend interface {
 	// Unpublish undoes Publish: it unmounts target if needed and removes
 	// it. A target that is already gone is not an error.
 	Unpublish(v *state.Volume, target string) error
+
+	// Check reports why the backend cannot store data now (for example
+	// its storage was unmounted or removed), or nil. It changes nothing
+	// and is cheap enough to answer every Probe.
+	Check() error
 }
 
 // Source is the content to fill a new volume from: at most one field is

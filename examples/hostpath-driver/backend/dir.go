@@ -47,12 +47,18 @@ func NewDir(root string) (*Dir, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("dir backend root %q is not an absolute path", root)
 	}
-	for _, dir := range []string{root, filepath.Join(root, volumesDir), filepath.Join(root, snapshotsDir)} {
+	d := &Dir{root: root}
+	for _, dir := range d.layout() {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create dir backend layout: %w", err)
 		}
 	}
-	return &Dir{root: root}, nil
+	return d, nil
+}
+
+// layout returns the directories NewDir creates.
+func (d *Dir) layout() []string {
+	return []string{d.root, filepath.Join(d.root, volumesDir), filepath.Join(d.root, snapshotsDir)}
 }
 
 // Root returns the root directory.
@@ -210,6 +216,22 @@ func (d *Dir) Unpublish(_ *state.Volume, target string) error {
 		return err
 	}
 	return removeTarget(target)
+}
+
+// Check reports a layout directory that is missing or is not a
+// directory: the root's storage was unmounted (an empty mount point is
+// left) or removed, and every call would fail. NewDir created them all.
+func (d *Dir) Check() error {
+	for _, dir := range d.layout() {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("dir backend storage is gone: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("dir backend storage is gone: %s is not a directory", dir)
+		}
+	}
+	return nil
 }
 
 func (d *Dir) volumePath(v *state.Volume) string {

@@ -35,6 +35,9 @@ func (Memory) CreateSnapshot(*state.Snapshot, *state.Volume) error { return nil 
 // DeleteSnapshot does nothing.
 func (Memory) DeleteSnapshot(*state.Snapshot) error { return nil }
 
+// Check never fails: there is no storage to lose.
+func (Memory) Check() error { return nil }
+
 // Publish creates target (a directory, or a file for a block volume) and
 // mounts nothing.
 func (Memory) Publish(v *state.Volume, target string, _ bool) error {

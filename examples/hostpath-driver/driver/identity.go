@@ -4,7 +4,10 @@ import (
 	"context"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/klog/v2"
 )
 
 // GetPluginInfo returns the driver's name and version.
@@ -28,7 +31,17 @@ func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// Probe reports ready: a Driver that exists has loaded its state.
-func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+// Probe reports ready when the backend can store data: a Driver that
+// exists has loaded its state. Storage that is gone (the dir backend's root
+// unmounted or removed) is FAILED_PRECONDITION with the reason, as the CSI
+// spec asks of an unhealthy plugin, so that the CO can say why.
+func (d *Driver) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	d.mu.Lock()
+	err := d.backend.Check()
+	d.mu.Unlock()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Probe: not healthy")
+		return nil, status.Errorf(codes.FailedPrecondition, "not healthy: %v", err)
+	}
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
 }
