@@ -17,24 +17,28 @@ import (
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
-// TestDeleteVolumeFails: the driver requires a deletion secret, and the
-// secret the PV names is changed after provisioning, so DeleteVolume
-// fails (UNAUTHENTICATED). The PV gets a Warning VolumeFailedDelete with
-// the driver's message and stays Released, the driver keeps the volume,
-// and the library's failed-deletion metric counts; once the secret is
-// right again the volume and the PV are deleted and the deletion metric
-// counts.
-func TestDeleteVolumeFails(t *testing.T) {
+// TestCreateAndDeleteVolumeFail: the driver requires a secret for
+// CreateVolume and DeleteVolume, and the secret the class names is wrong
+// first. CreateVolume fails (UNAUTHENTICATED): the claim gets a Warning
+// ProvisioningFailed with the driver's message and stays Pending, the
+// library's failed-provisioning metric counts and the provisioning metric
+// does not; once the secret is right the claim is Bound and that metric
+// counts. Then the secret changes again, so DeleteVolume fails: the PV gets
+// a Warning VolumeFailedDelete with the driver's message and stays
+// Released, the driver keeps the volume, and the failed-deletion metric
+// counts; once the secret is right again the volume and the PV are deleted
+// and the deletion metric counts.
+func TestCreateAndDeleteVolumeFail(t *testing.T) {
 	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s := newStack(t, stackConfig{
-		driverArgs:  []string{"--require-delete-secret=token=abc123"},
+		driverArgs:  []string{"--require-create-secret=token=abc123", "--require-delete-secret=token=abc123"},
 		sidecarArgs: []string{"--http-endpoint=" + endpoint},
 	})
 	ctx := t.Context()
 	secrets := s.c.CoreV1().Secrets(s.ns)
 	_, err := secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
-		StringData: map[string]string{"token": "abc123"},
+		StringData: map[string]string{"token": "wrong"},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +60,27 @@ func TestDeleteVolumeFails(t *testing.T) {
 			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
 		}
 	})
+	provisioned := `controller_persistentvolumeclaim_provision_total{class="` + sc.Name + `",source=""}`
+	provisionFailed := `controller_persistentvolumeclaim_provision_failed_total{class="` + sc.Name + `",source=""}`
 	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name))
+	s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", `secret "token" has the wrong value`)
+	testutil.Eventually(t, 0, "no failed provisioning in the metrics", func(ctx context.Context) (bool, error) {
+		n, err := metricValue(ctx, endpoint, provisionFailed)
+		return n >= 1, err
+	})
+	if n, err := metricValue(ctx, endpoint, provisioned); err != nil || n != 0 {
+		t.Errorf("%s = %v (%v) after a failed CreateVolume only, want 0", provisioned, n, err)
+	}
+	if ids, err := s.driver.VolumeIDs(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("driver volumes = %v (%v) after a failed CreateVolume, want none", ids, err)
+	}
+
+	setToken("abc123")
 	_, pv := s.waitBound(claim.Name)
+	testutil.Eventually(t, 0, "no provisioning in the metrics", func(ctx context.Context) (bool, error) {
+		n, err := metricValue(ctx, endpoint, provisioned)
+		return n == 1, err
+	})
 	handle := pv.Spec.CSI.VolumeHandle
 	deleted := metricSeries("controller_persistentvolume_delete_total", "class", sc.Name)
 	failed := metricSeries("controller_persistentvolume_delete_failed_total", "class", sc.Name)
