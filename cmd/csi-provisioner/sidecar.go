@@ -64,7 +64,12 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("create VolumeSnapshot client: %w", err)
 	}
 	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{Supersedes: supersededEvents})
-	go writer.Run(ctx)
+	// Every return stops the writer and waits for it, so that the events
+	// of the last moments are written (for up to its drain timeout).
+	ctx, stop := context.WithCancel(ctx)
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); writer.Run(ctx) }()
+	defer func() { stop(); <-writerDone }()
 	client := newEventSplitClient(main, eventClient, writer)
 
 	health := newHealth()

@@ -29,6 +29,12 @@ type WriterOptions struct {
 	// MaxTries is the number of attempts per event; default 12, as
 	// client-go.
 	MaxTries int
+	// DrainTimeout is how long Run goes on writing, once its context is
+	// done, the events still queued and those being written, one try each,
+	// so that the events of a sidecar's last moments (a claim provisioned
+	// just before a rolling update) are not lost; default 2s, negative:
+	// stop at once.
+	DrainTimeout time.Duration
 	// Supersedes maps an event reason to an earlier reason of the same
 	// object that it makes redundant: when an event with the key's reason
 	// is queued while one with the value's reason for the same object is
@@ -98,6 +104,9 @@ func NewWriter(client typedcorev1.EventInterface, opts WriterOptions) *Writer {
 	if opts.MaxTries <= 0 {
 		opts.MaxTries = 12
 	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 2 * time.Second
+	}
 	w := &Writer{client: client, opts: opts, queues: make([]chan write, opts.Workers),
 		supersedable: map[string]bool{}, waiting: map[waitKey]*atomic.Bool{}}
 	for _, earlier := range opts.Supersedes {
@@ -154,24 +163,57 @@ func (w *Writer) enqueue(wr write) {
 	}
 }
 
-// Run writes queued events until ctx is done, then returns once every
-// worker stopped. Events still queued then are not written.
+// Run writes queued events until ctx is done, then for up to
+// opts.DrainTimeout the events still queued, and returns once every worker
+// stopped. Writes use a context that ends with the drain, so a write under
+// way when ctx ends is finished too; a write waiting to be retried is not
+// tried again. Events queued after a worker emptied its queue, or left
+// when the drain ends, are not written (logged with their number).
 func (w *Writer) Run(ctx context.Context) {
+	writeCtx, stopWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWrites()
+	if w.opts.DrainTimeout > 0 {
+		context.AfterFunc(ctx, func() { time.AfterFunc(w.opts.DrainTimeout, stopWrites) })
+	} else {
+		// No drain: the writes stop with ctx, and drain finds writeCtx
+		// done.
+		stopWrites()
+		writeCtx = ctx
+	}
 	for _, q := range w.queues {
 		w.wg.Go(func() {
 			for {
 				select {
 				case <-ctx.Done():
+					w.drain(writeCtx, q)
 					return
 				case wr := <-q:
 					if w.done(wr) {
-						w.write(ctx, wr)
+						w.write(ctx, writeCtx, wr)
 					}
 				}
 			}
 		})
 	}
 	w.wg.Wait()
+}
+
+// drain writes what q holds, one try each, until q is empty or ctx ends.
+func (w *Writer) drain(ctx context.Context, q chan write) {
+	for {
+		select {
+		case wr := <-q:
+			if ctx.Err() != nil {
+				klog.FromContext(ctx).Info("Events not written: stopping", "events", len(q)+1)
+				return
+			}
+			if w.done(wr) {
+				w.writeOnce(ctx, wr)
+			}
+		default:
+			return
+		}
+	}
 }
 
 // supersede marks the waiting write wr's event makes redundant, and makes
@@ -220,14 +262,15 @@ func (w *Writer) shard(e *corev1.Event) int {
 	return int(h.Sum32() % uint32(len(w.queues)))
 }
 
-// write makes wr, retrying while the API server cannot be reached.
-func (w *Writer) write(ctx context.Context, wr write) {
+// write makes wr with writeCtx, retrying while the API server cannot be
+// reached, until stop ends.
+func (w *Writer) write(stop, writeCtx context.Context, wr write) {
 	for try := 1; ; try++ {
-		if w.writeOnce(ctx, wr) {
+		if w.writeOnce(writeCtx, wr) {
 			return
 		}
 		if try >= w.opts.MaxTries {
-			eventLogger(ctx, wr.event).Error(nil, "Giving up writing event", "tries", try)
+			eventLogger(writeCtx, wr.event).Error(nil, "Giving up writing event", "tries", try)
 			return
 		}
 		wait := w.opts.RetryInterval
@@ -237,7 +280,8 @@ func (w *Writer) write(ctx context.Context, wr write) {
 			wait = time.Duration(rand.Float64() * float64(wait))
 		}
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
+			eventLogger(writeCtx, wr.event).V(2).Info("Event not written: stopping", "tries", try)
 			return
 		case <-time.After(wait):
 		}

@@ -29,8 +29,10 @@ const failReason = "Provisioning"
 // makes; any other call panics (nil embedded interface).
 type apiEvents struct {
 	typedcorev1.EventInterface
-	mu      sync.Mutex
-	delay   time.Duration
+	mu    sync.Mutex
+	delay time.Duration
+	// block makes every write wait until its context ends.
+	block   bool
 	fail    func(call int) error
 	calls   int // writes of failReason events
 	created []*corev1.Event
@@ -50,17 +52,24 @@ func (a *apiEvents) call(e *corev1.Event) error {
 	return a.fail(a.calls)
 }
 
-func (a *apiEvents) CreateWithEventNamespaceWithContext(_ context.Context, e *corev1.Event) (*corev1.Event, error) {
-	return a.record(&a.created, e)
+func (a *apiEvents) CreateWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event) (*corev1.Event, error) {
+	return a.record(ctx, &a.created, e)
 }
 
-func (a *apiEvents) PatchWithEventNamespaceWithContext(_ context.Context, e *corev1.Event, _ []byte) (*corev1.Event, error) {
-	return a.record(&a.patched, e)
+func (a *apiEvents) PatchWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event, _ []byte) (*corev1.Event, error) {
+	return a.record(ctx, &a.patched, e)
 }
 
-// record makes a write of e: it fails as a.fail decides, else appends a
-// copy of e to *made.
-func (a *apiEvents) record(made *[]*corev1.Event, e *corev1.Event) (*corev1.Event, error) {
+// record makes a write of e: it fails, as a client's would, when ctx has
+// ended (a.block holds it until then), or as a.fail decides, else appends
+// a copy of e to *made.
+func (a *apiEvents) record(ctx context.Context, made *[]*corev1.Event, e *corev1.Event) (*corev1.Event, error) {
+	if a.block {
+		<-ctx.Done()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("post event: %w", err)
+	}
 	if err := a.call(e); err != nil {
 		return nil, err
 	}
@@ -334,12 +343,57 @@ func TestWriterStopping(t *testing.T) {
 	w := NewWriter(api, WriterOptions{Workers: 1, RetryInterval: time.Hour})
 	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c.1"}, Reason: failReason,
 		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"}}
-	w.write(ctx, write{event: e})
+	w.write(ctx, ctx, write{event: e})
 	log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 	if strings.Contains(log, "Cannot write event") || !strings.Contains(log, "Event not written: stopping") {
 		t.Errorf("log of a write cut short by the stop:\n%s", log)
 	}
 	if calls, _, _ := api.counts(); calls != 1 {
 		t.Errorf("%d write calls, want 1", calls)
+	}
+}
+
+// TestWriterDrains: events still queued when Run's context ends are
+// written before Run returns, within the drain timeout; with an API server
+// that does not answer, Run returns once the drain timeout is over and
+// says how many events were not written.
+func TestWriterDrains(t *testing.T) {
+	tests := []struct {
+		name        string
+		api         *apiEvents
+		drain       time.Duration
+		wantCreated int
+		wantLog     string
+	}{
+		{name: "all written", api: &apiEvents{delay: 5 * time.Millisecond}, drain: time.Minute, wantCreated: 20},
+		{name: "API server does not answer", api: &apiEvents{block: true}, drain: 50 * time.Millisecond, wantLog: "Events not written: stopping"},
+		{name: "no drain", api: &apiEvents{delay: 5 * time.Millisecond}, drain: -1, wantLog: "Events not written: stopping"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
+			w := NewWriter(tt.api, WriterOptions{Workers: 1, DrainTimeout: tt.drain})
+			q := w.Wrap(tt.api)
+			for i := range 20 {
+				e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("c.%d", i)}, Reason: "ProvisioningSucceeded",
+					InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: fmt.Sprintf("c%d", i)}}
+				if _, err := q.CreateWithEventNamespaceWithContext(ctx, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cancel()
+			start := time.Now()
+			w.Run(ctx)
+			if _, created, _ := tt.api.counts(); created != tt.wantCreated {
+				t.Errorf("%d events written, want %d", created, tt.wantCreated)
+			}
+			if tt.drain > 0 && tt.drain < time.Minute && time.Since(start) > tt.drain+10*time.Second {
+				t.Errorf("Run returned %v after the stop, drain timeout %v", time.Since(start), tt.drain)
+			}
+			if log := logger.GetSink().(ktesting.Underlier).GetBuffer().String(); !strings.Contains(log, tt.wantLog) {
+				t.Errorf("log does not contain %q:\n%s", tt.wantLog, log)
+			}
+		})
 	}
 }
