@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -259,6 +260,24 @@ func (cp *ControlPlane) StopAPIServer() error {
 		return nil
 	}
 	return p.Stop(10 * time.Second)
+}
+
+// PauseAPIServer stops kube-apiserver's process (SIGSTOP) without closing
+// its connections: requests hang, unanswered, until ResumeAPIServer.
+func (cp *ControlPlane) PauseAPIServer() error { return cp.signalAPIServer(syscall.SIGSTOP) }
+
+// ResumeAPIServer lets a paused kube-apiserver go on (SIGCONT); the
+// requests it holds are answered.
+func (cp *ControlPlane) ResumeAPIServer() error { return cp.signalAPIServer(syscall.SIGCONT) }
+
+func (cp *ControlPlane) signalAPIServer(sig syscall.Signal) error {
+	cp.mu.Lock()
+	p := cp.apiserver
+	cp.mu.Unlock()
+	if p == nil {
+		return errors.New("kube-apiserver is not running")
+	}
+	return p.Signal(sig)
 }
 
 // StartAPIServer starts kube-apiserver after StopAPIServer, with the same

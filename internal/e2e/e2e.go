@@ -344,7 +344,11 @@ func (s *Sidecar) WaitLog(ctx context.Context, substr string) error {
 		}
 		select {
 		case <-s.Exited():
-			return fmt.Errorf("csi-provisioner exited (%w) before logging %q; log:\n%s", s.ExitErr(), substr, controlplane.TailFile(s.LogPath, 30))
+			// It may have logged substr just before it exited.
+			if b, err := os.ReadFile(s.LogPath); err == nil && strings.Contains(string(b), substr) {
+				return nil
+			}
+			return fmt.Errorf("csi-provisioner exited (%v) before logging %q; log:\n%s", s.ExitErr(), substr, controlplane.TailFile(s.LogPath, 30))
 		case <-ctx.Done():
 			return fmt.Errorf("csi-provisioner did not log %q: %w; log:\n%s", substr, ctx.Err(), controlplane.TailFile(s.LogPath, 30))
 		case <-tick.C:

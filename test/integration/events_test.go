@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -53,4 +55,51 @@ func TestEventsSurviveAPIServerOutage(t *testing.T) {
 		ids, err := s.driver.VolumeIDs(ctx)
 		return len(ids) == 0, err
 	})
+}
+
+// TestEventsWrittenAtStop: an event queued when the sidecar is stopped
+// (SIGTERM, as in a rolling update) is still written: the sidecar goes on
+// writing its queued events for up to 2 s before it exits. The driver
+// answers CreateVolume with INVALID_ARGUMENT after 3 s; kube-apiserver is
+// paused (SIGSTOP: requests hang, unanswered) while the call runs, so the
+// ProvisioningFailed event is posted with no answer coming. The sidecar is
+// stopped and has logged "Stopped" before the API server goes on; the
+// event must then be on the claim, and the sidecar must have exited.
+func TestEventsWrittenAtStop(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	e := newEnv(t, cp)
+	s := e.startStackWith(stackConfig{
+		driver:      e2e.DriverConfig{Args: []string{"--create-latency=3s"}},
+		sidecarArgs: []string{"-v=4", "--timeout=30s"},
+	})
+	sc := e.createClass(testutil.NewSC(e.name("stop"), e.driver))
+	claim := e.createClaim(testutil.NewPVC(e.ns, "rwx").Class(sc.Name).AccessModes(corev1.ReadWriteMany))
+	ctx := t.Context()
+	if err := s.sidecar.WaitLog(ctx, `"Started" PVC="`+e.ns+`/rwx"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.PauseAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.ResumeAPIServer() })
+	// The library logs each event as it records it, before the sidecar's
+	// event writer gets it.
+	if err := s.sidecar.WaitLog(ctx, `reason="ProvisioningFailed"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.WaitLog(ctx, `"Stopped"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.ResumeAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent(claim.UID, "Warning", "ProvisioningFailed", "infeasible error. Retries will be delayed")
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := s.sidecar.WaitExit(waitCtx); err != nil {
+		t.Errorf("the sidecar did not exit after SIGTERM: %v", err)
+	}
 }
