@@ -68,6 +68,10 @@ type Writer struct {
 	supersedable map[string]bool
 	mu           sync.Mutex
 	waiting      map[waitKey]*atomic.Bool
+
+	// stopping is set once Run's context is done: a failed write is then
+	// not retried.
+	stopping atomic.Bool
 }
 
 // write is one queued event write: a create, or a patch of a repeated event.
@@ -172,6 +176,8 @@ func (w *Writer) enqueue(wr write) {
 func (w *Writer) Run(ctx context.Context) {
 	writeCtx, stopWrites := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWrites()
+	w.stopping.Store(ctx.Err() != nil)
+	context.AfterFunc(ctx, func() { w.stopping.Store(true) })
 	if w.opts.DrainTimeout > 0 {
 		context.AfterFunc(ctx, func() { time.AfterFunc(w.opts.DrainTimeout, stopWrites) })
 	} else {
@@ -334,6 +340,10 @@ func (w *Writer) writeOnce(ctx context.Context, wr write) bool {
 		} else {
 			logger.Error(err, "Event refused by the API server, dropping it")
 		}
+		return true
+	}
+	if w.stopping.Load() {
+		logger.V(2).Info("Event not written: stopping", "err", err)
 		return true
 	}
 	logger.Error(err, "Cannot write event, will retry")

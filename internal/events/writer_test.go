@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -361,6 +362,7 @@ func TestWriterDrains(t *testing.T) {
 	tests := []struct {
 		name        string
 		api         *apiEvents
+		reason      string
 		drain       time.Duration
 		wantCreated int
 		wantLog     string
@@ -368,6 +370,10 @@ func TestWriterDrains(t *testing.T) {
 		{name: "all written", api: &apiEvents{delay: 5 * time.Millisecond}, drain: time.Minute, wantCreated: 20},
 		{name: "API server does not answer", api: &apiEvents{block: true}, drain: 50 * time.Millisecond, wantLog: "Events not written: stopping"},
 		{name: "no drain", api: &apiEvents{delay: 5 * time.Millisecond}, drain: -1, wantLog: "Events not written: stopping"},
+		// A failed write during the drain is not retried, and not logged
+		// as an error that will be.
+		{name: "API server unreachable", api: &apiEvents{fail: func(int) error { return errors.New("connection refused") }}, reason: failReason,
+			drain: time.Minute, wantLog: "Event not written: stopping"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -376,7 +382,8 @@ func TestWriterDrains(t *testing.T) {
 			w := NewWriter(tt.api, WriterOptions{Workers: 1, DrainTimeout: tt.drain})
 			q := w.Wrap(tt.api)
 			for i := range 20 {
-				e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("c.%d", i)}, Reason: "ProvisioningSucceeded",
+				reason := cmp.Or(tt.reason, "ProvisioningSucceeded")
+				e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("c.%d", i)}, Reason: reason,
 					InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: fmt.Sprintf("c%d", i)}}
 				if _, err := q.CreateWithEventNamespaceWithContext(ctx, e); err != nil {
 					t.Fatal(err)
@@ -391,8 +398,9 @@ func TestWriterDrains(t *testing.T) {
 			if tt.drain > 0 && tt.drain < time.Minute && time.Since(start) > tt.drain+10*time.Second {
 				t.Errorf("Run returned %v after the stop, drain timeout %v", time.Since(start), tt.drain)
 			}
-			if log := logger.GetSink().(ktesting.Underlier).GetBuffer().String(); !strings.Contains(log, tt.wantLog) {
-				t.Errorf("log does not contain %q:\n%s", tt.wantLog, log)
+			log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if !strings.Contains(log, tt.wantLog) || strings.Contains(log, "will retry") {
+				t.Errorf("log does not contain %q, or says an event will be retried:\n%s", tt.wantLog, log)
 			}
 		})
 	}
