@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -348,7 +349,11 @@ func (s *Sidecar) WaitLog(ctx context.Context, substr string) error {
 			if b, err := os.ReadFile(s.LogPath); err == nil && strings.Contains(string(b), substr) {
 				return nil
 			}
-			return fmt.Errorf("csi-provisioner exited (%v) before logging %q; log:\n%s", s.ExitErr(), substr, controlplane.TailFile(s.LogPath, 30))
+			exit := s.ExitErr()
+			if exit == nil {
+				exit = errors.New("exit status 0")
+			}
+			return fmt.Errorf("csi-provisioner exited (%w) before logging %q; log:\n%s", exit, substr, controlplane.TailFile(s.LogPath, 30))
 		case <-ctx.Done():
 			return fmt.Errorf("csi-provisioner did not log %q: %w; log:\n%s", substr, ctx.Err(), controlplane.TailFile(s.LogPath, 30))
 		case <-tick.C:
