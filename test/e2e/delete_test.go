@@ -60,14 +60,11 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
 		}
 	})
-	provisioned := `controller_persistentvolumeclaim_provision_total{class="` + sc.Name + `",source=""}`
-	provisionFailed := `controller_persistentvolumeclaim_provision_failed_total{class="` + sc.Name + `",source=""}`
+	provisioned := metricSeries("controller_persistentvolumeclaim_provision_total", "class", sc.Name, "source", "")
+	provisionFailed := metricSeries("controller_persistentvolumeclaim_provision_failed_total", "class", sc.Name, "source", "")
 	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name))
 	s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", `secret "token" has the wrong value`)
-	testutil.Eventually(t, 0, "no failed provisioning in the metrics", func(ctx context.Context) (bool, error) {
-		n, err := metricValue(ctx, endpoint, provisionFailed)
-		return n >= 1, err
-	})
+	waitMetric(t, endpoint, provisionFailed, func(n float64) bool { return n >= 1 })
 	if n, err := metricValue(ctx, endpoint, provisioned); err != nil || n != 0 {
 		t.Errorf("%s = %v (%v) after a failed CreateVolume only, want 0", provisioned, n, err)
 	}
@@ -77,10 +74,7 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 
 	setToken("abc123")
 	_, pv := s.waitBound(claim.Name)
-	testutil.Eventually(t, 0, "no provisioning in the metrics", func(ctx context.Context) (bool, error) {
-		n, err := metricValue(ctx, endpoint, provisioned)
-		return n == 1, err
-	})
+	waitMetric(t, endpoint, provisioned, func(n float64) bool { return n == 1 })
 	handle := pv.Spec.CSI.VolumeHandle
 	deleted := metricSeries("controller_persistentvolume_delete_total", "class", sc.Name)
 	failed := metricSeries("controller_persistentvolume_delete_failed_total", "class", sc.Name)
@@ -90,10 +84,7 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitEvent(metav1.NamespaceDefault, string(pv.UID), corev1.EventTypeWarning, "VolumeFailedDelete", `secret "token" has the wrong value`)
-	testutil.Eventually(t, 0, "no failed deletion in the metrics", func(ctx context.Context) (bool, error) {
-		n, err := metricValue(ctx, endpoint, failed)
-		return n >= 1, err
-	})
+	waitMetric(t, endpoint, failed, func(n float64) bool { return n >= 1 })
 	if n, err := metricValue(ctx, endpoint, deleted); err != nil || n != 0 {
 		t.Errorf("%s = %v (%v) after a failed deletion only, want 0", deleted, n, err)
 	}
@@ -110,16 +101,28 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 
 	setToken("abc123")
 	s.waitGone(claim.Name, pv.Name)
-	testutil.Eventually(t, 0, "no deletion in the metrics", func(ctx context.Context) (bool, error) {
-		n, err := metricValue(ctx, endpoint, deleted)
-		return n >= 1, err
-	})
+	waitMetric(t, endpoint, deleted, func(n float64) bool { return n >= 1 })
 }
 
-// metricSeries is the exposition-format name of the series name with one
-// label, as it starts a line of /metrics.
-func metricSeries(name, label, value string) string {
-	return fmt.Sprintf("%s{%s=%q}", name, label, value)
+// metricSeries is the exposition-format name of the series name with the
+// labels given as name, value pairs in the order /metrics sorts them, as it
+// starts a line of /metrics.
+func metricSeries(name string, labels ...string) string {
+	pairs := make([]string, 0, len(labels)/2)
+	for i := 0; i+1 < len(labels); i += 2 {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
+	}
+	return name + "{" + strings.Join(pairs, ",") + "}"
+}
+
+// waitMetric waits until the value of series (see [metricSeries]) on the
+// sidecar's /metrics satisfies ok.
+func waitMetric(t *testing.T, endpoint, series string, ok func(float64) bool) {
+	t.Helper()
+	testutil.Eventually(t, 0, series+" never as expected on /metrics", func(ctx context.Context) (bool, error) {
+		n, err := metricValue(ctx, endpoint, series)
+		return ok(n), err
+	})
 }
 
 // metricValue returns the value of series (see [metricSeries]) on the

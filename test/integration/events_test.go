@@ -24,20 +24,8 @@ import (
 // --retry-interval-max (5 minutes), so no later attempt posts the event
 // again: the one on the claim is the one posted during the outage.
 func TestEventsSurviveAPIServerOutage(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Config{})
-	e := newEnv(t, cp)
-	s := e.startStackWith(stackConfig{
-		driver:      e2e.DriverConfig{Args: []string{"--create-latency=8s"}},
-		sidecarArgs: []string{"-v=4", "--timeout=30s"},
-	})
-	sc := e.createClass(testutil.NewSC(e.name("outage"), e.driver))
-	claim := e.createClaim(testutil.NewPVC(e.ns, "rwx").Class(sc.Name).AccessModes(corev1.ReadWriteMany))
-	ctx := t.Context()
-	// The provisioning library logs "Started" as it takes the claim, just
-	// before CreateVolume.
-	if err := s.sidecar.WaitLog(ctx, `"Started" PVC="`+e.ns+`/rwx"`); err != nil {
-		t.Fatal(err)
-	}
+	s, claim := startRefusedCreate(t, "outage", 8*time.Second)
+	e, cp, ctx := s.e, s.e.cp, t.Context()
 	if err := cp.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,18 +54,8 @@ func TestEventsSurviveAPIServerOutage(t *testing.T) {
 // stopped and has logged "Stopped" before the API server goes on; the
 // event must then be on the claim, and the sidecar must have exited.
 func TestEventsWrittenAtStop(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Config{})
-	e := newEnv(t, cp)
-	s := e.startStackWith(stackConfig{
-		driver:      e2e.DriverConfig{Args: []string{"--create-latency=3s"}},
-		sidecarArgs: []string{"-v=4", "--timeout=30s"},
-	})
-	sc := e.createClass(testutil.NewSC(e.name("stop"), e.driver))
-	claim := e.createClaim(testutil.NewPVC(e.ns, "rwx").Class(sc.Name).AccessModes(corev1.ReadWriteMany))
-	ctx := t.Context()
-	if err := s.sidecar.WaitLog(ctx, `"Started" PVC="`+e.ns+`/rwx"`); err != nil {
-		t.Fatal(err)
-	}
+	s, claim := startRefusedCreate(t, "stop", 3*time.Second)
+	e, cp, ctx := s.e, s.e.cp, t.Context()
 	if err := cp.PauseAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,4 +80,25 @@ func TestEventsWrittenAtStop(t *testing.T) {
 	if err := s.sidecar.WaitExit(waitCtx); err != nil {
 		t.Errorf("the sidecar did not exit after SIGTERM: %v", err)
 	}
+}
+
+// startRefusedCreate starts a control plane of its own and a stack whose
+// driver answers CreateVolume for a ReadWriteMany claim with
+// INVALID_ARGUMENT (it does not support that access mode) after latency,
+// creates such a claim of a new class named after class, and returns once
+// the provisioning library has taken the claim: it logs "Started" just
+// before CreateVolume.
+func startRefusedCreate(t *testing.T, class string, latency time.Duration) (*stack, *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	e := newEnv(t, controlplane.StartForTest(t, controlplane.Config{}))
+	s := e.startStackWith(stackConfig{
+		driver:      e2e.DriverConfig{Args: []string{"--create-latency=" + latency.String()}},
+		sidecarArgs: []string{"-v=4", "--timeout=30s"},
+	})
+	sc := e.createClass(testutil.NewSC(e.name(class), e.driver))
+	claim := e.createClaim(testutil.NewPVC(e.ns, "rwx").Class(sc.Name).AccessModes(corev1.ReadWriteMany))
+	if err := s.sidecar.WaitLog(t.Context(), `"Started" PVC="`+e.ns+`/rwx"`); err != nil {
+		t.Fatal(err)
+	}
+	return s, claim
 }
