@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -101,12 +102,17 @@ func (b *bench) measureCeiling(ctx context.Context, ns string) (ceiling, error) 
 	if err := b.writeBoundVolumes(ctx, ns, warmPrefix, warm); err != nil {
 		return ceiling{}, fmt.Errorf("ceiling writer warm-up: %w", err)
 	}
+	if ns == "ceiling" {
+		b.profileAPIServer(ctx, "ceiling")
+	}
+	cpuBefore := b.cpuByProcess()
 	start := time.Now()
 	if err := b.writeBoundVolumes(ctx, ns, ns, n); err != nil {
 		return ceiling{}, fmt.Errorf("ceiling writer: %w", err)
 	}
 	elapsed := time.Since(start)
-	c := ceiling{Volumes: n, Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds(), WritesPerSecond: 5 * float64(n) / elapsed.Seconds()}
+	c := ceiling{Volumes: n, Seconds: elapsed.Seconds(), VolumesPerSecond: float64(n) / elapsed.Seconds(), WritesPerSecond: 5 * float64(n) / elapsed.Seconds(),
+		CPUPerVolumeMillis: cpuPerVolume(cpuBefore, b.cpuByProcess(), n)}
 	if err := b.removeBoundVolumes(ctx, ns, warmPrefix, warm); err != nil {
 		return c, err
 	}
@@ -338,6 +344,9 @@ func (b *bench) provision(ctx context.Context, res *result) error {
 	}
 	createdAll := time.Since(start)
 	logf("created %d claims in %.2fs; waiting until all are Bound", n, createdAll.Seconds())
+	// After the creates, so that the profile shows the provisioner's
+	// requests rather than the benchmark's.
+	b.profileAPIServer(ctx, "provision")
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
 wait:
@@ -355,10 +364,7 @@ wait:
 	}
 	elapsed := time.Since(start)
 	cpuAfter := b.cpuByProcess()
-	res.CPUPerVolumeMillis = map[string]float64{}
-	for name, after := range cpuAfter {
-		res.CPUPerVolumeMillis[name] = float64((after - cpuBefore[name]).Milliseconds()) / float64(n)
-	}
+	res.CPUPerVolumeMillis = cpuPerVolume(cpuBefore, cpuAfter, n)
 	// Events are written after the fact; count them once they have settled.
 	after, err := b.settledRequests(ctx)
 	if err != nil {
@@ -430,8 +436,40 @@ func (b *bench) saveProfile(ctx context.Context, path, file string) error {
 	return os.WriteFile(file, body, 0o644)
 }
 
-// scrapeSidecar reads the provisioner's own counters of its API requests
-// and writes, when it serves them, to attribute the API server's counts.
+// profileAPIServer starts, when asked for, a 5 s CPU profile of
+// kube-apiserver in the background and saves it to
+// <-apiserver-profile>-<phase>.pprof: where the API server's time goes
+// under the ceiling writer's requests and under the provisioner's.
+func (b *bench) profileAPIServer(ctx context.Context, phase string) {
+	if b.o.APIServerProfile == "" {
+		return
+	}
+	go func() {
+		file := b.o.APIServerProfile + "-" + phase + ".pprof"
+		body, err := b.c.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(file, body, 0o644)
+		}
+		if err != nil {
+			logf("kube-apiserver CPU profile: %v", err)
+			return
+		}
+		logf("saved kube-apiserver's CPU profile to %s", file)
+	}()
+}
+
+// sidecarCounters are the provisioner's counters the benchmark keeps: its
+// API requests and writes (to attribute the API server's counts), its
+// driver calls, and the library's deletion outcomes.
+var sidecarCounters = []string{
+	"rest_client_requests_total{",
+	"csi_provisioner_binder_writes_total{",
+	"csi_sidecar_operations_seconds_count{",
+	"controller_persistentvolume_delete_total{",
+	"controller_persistentvolume_delete_failed_total{",
+}
+
+// scrapeSidecar reads sidecarCounters, when the provisioner serves them.
 func (b *bench) scrapeSidecar(ctx context.Context) map[string]float64 {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.endpoint+"/metrics", nil)
 	if err != nil {
@@ -448,7 +486,7 @@ func (b *bench) scrapeSidecar(ctx context.Context) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "rest_client_requests_total{") && !strings.HasPrefix(line, "csi_provisioner_binder_writes_total{") {
+		if !slices.ContainsFunc(sidecarCounters, func(prefix string) bool { return strings.HasPrefix(line, prefix) }) {
 			continue
 		}
 		i := strings.LastIndex(line, " ")
@@ -464,7 +502,10 @@ func (b *bench) scrapeSidecar(ctx context.Context) map[string]float64 {
 // processes, the driver and the provisioner (when it is running).
 func (b *bench) cpuByProcess() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	procs := append(b.cp.Processes(), b.driver.Process)
+	procs := b.cp.Processes()
+	if b.driver != nil {
+		procs = append(procs, b.driver.Process)
+	}
 	if b.provisioner != nil {
 		procs = append(procs, b.provisioner)
 	}
@@ -472,6 +513,21 @@ func (b *bench) cpuByProcess() map[string]time.Duration {
 		if u, err := readProc(p.Cmd.Process.Pid); err == nil {
 			out[p.Name] = u.CPU
 		}
+	}
+	// The benchmark's own creates, watch and (in the ceiling) writes run
+	// on the same cores.
+	if u, err := readProc(os.Getpid()); err == nil {
+		out["benchmark"] = u.CPU
+	}
+	return out
+}
+
+// cpuPerVolume is the CPU each process used between two cpuByProcess
+// readings, per volume, in milliseconds.
+func cpuPerVolume(before, after map[string]time.Duration, volumes int) map[string]float64 {
+	out := map[string]float64{}
+	for name, a := range after {
+		out[name] = float64((a - before[name]).Milliseconds()) / float64(volumes)
 	}
 	return out
 }

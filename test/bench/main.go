@@ -44,6 +44,10 @@ type options struct {
 	KeepDir        bool
 	HeapProfile    string
 	CPUProfile     string
+	// APIServerProfile is the prefix of two CPU profiles of kube-apiserver:
+	// <prefix>-ceiling.pprof while the ceiling writer writes, and
+	// <prefix>-provision.pprof while the provisioner provisions.
+	APIServerProfile string
 }
 
 func main() {
@@ -67,6 +71,7 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&o.KeepDir, "keep-dir", false, "keep the working directory with the logs of every process")
 	flag.StringVar(&o.CPUProfile, "cpu-profile", "", "save a 10s CPU profile of the provisioner taken while it provisions (our sidecar, started with --enable-pprof)")
+	flag.StringVar(&o.APIServerProfile, "apiserver-profile", "", "save 5s CPU profiles of kube-apiserver to <prefix>-ceiling.pprof (while the ceiling writer writes; make it take longer with -ceiling-n) and <prefix>-provision.pprof (while the provisioner provisions, after the benchmark created the claims)")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "after binding, save the provisioner's heap profile here (our sidecar, started with --enable-pprof)")
 	flag.Parse()
 	if o.Binder != "ours" && o.Binder != "kcm" {
@@ -94,6 +99,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// apiServerArgs turns kube-apiserver's profiling on for -apiserver-profile
+// (the control plane turns it off: tests do not need it).
+func apiServerArgs(o options) []string {
+	if o.APIServerProfile == "" {
+		return nil
+	}
+	return []string{"--profiling=true"}
 }
 
 func writeJSON(o options, res *result) error {
@@ -139,6 +153,7 @@ func run(ctx context.Context, o options) (*result, error) {
 	cp, err := controlplane.Start(ctx, controlplane.Config{
 		Dir: filepath.Join(dir, "cp"), Fsync: o.Fsync,
 		ControllerManagerQPS: float32(o.KCMQPS), ControllerManagerBurst: o.KCMBurst,
+		ExtraAPIServerArgs: apiServerArgs(o),
 	})
 	if err != nil {
 		return nil, err
@@ -197,6 +212,7 @@ func run(ctx context.Context, o options) (*result, error) {
 	if err := b.deleteAll(ctx, res); err != nil {
 		return res, err
 	}
+	res.SidecarMetricsAfterDelete = b.scrapeSidecar(ctx)
 	if u, err := readProc(proc.Cmd.Process.Pid); err == nil {
 		res.Sidecar.CPUSecondsTotal = u.CPU.Seconds()
 		res.Sidecar.PeakRSSMiB = mib(u.PeakRSS)

@@ -29,6 +29,9 @@ type result struct {
 	// SidecarMetrics are the provisioner's own request and write counters
 	// after binding (our sidecar only).
 	SidecarMetrics map[string]float64 `json:",omitempty"`
+	// SidecarMetricsAfterDelete are the same counters once every volume
+	// was deleted: DeleteVolume calls and the library's deletion outcomes.
+	SidecarMetricsAfterDelete map[string]float64 `json:",omitempty"`
 }
 
 type machine struct {
@@ -44,6 +47,10 @@ type ceiling struct {
 	Seconds          float64
 	VolumesPerSecond float64
 	WritesPerSecond  float64
+	// CPUPerVolumeMillis is what each process, the benchmark's writer
+	// included, spent per ceiling volume: the machine is the limit, so a
+	// run's fraction of the ceiling is about the ratio of the two totals.
+	CPUPerVolumeMillis map[string]float64 `json:",omitempty"`
 }
 
 type phase struct {
@@ -103,6 +110,23 @@ func apiCost(d requestCounts, n int) api {
 	return a
 }
 
+// printCPU prints one line of CPU milliseconds per volume by process,
+// largest first, after their total.
+func printCPU(w io.Writer, title string, ms map[string]float64) {
+	keys := make([]string, 0, len(ms))
+	var total float64
+	for k, v := range ms {
+		keys = append(keys, k)
+		total += v
+	}
+	sortByValue(keys, ms)
+	fmt.Fprintf(w, "%s (%.1f ms in all):", title, total)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s %.2f ms", k, ms[k])
+	}
+	fmt.Fprintln(w)
+}
+
 func printResult(w io.Writer, r *result) {
 	fmt.Fprintf(w, "\n== csi-provisioner benchmark: %d claims, binder %s ==\n", r.Options.N, r.Options.Binder)
 	fmt.Fprintf(w, "machine: %s, %d CPUs, %.0f GiB, %s, %s\n", r.Machine.CPU, r.Machine.CPUs, r.Machine.MemoryGiB, r.Machine.Kernel, r.Machine.Go)
@@ -140,18 +164,11 @@ func printResult(w io.Writer, r *result) {
 	}
 	_ = tw.Flush()
 	if len(r.CPUPerVolumeMillis) > 0 {
-		keys := make([]string, 0, len(r.CPUPerVolumeMillis))
-		var total float64
-		for k, v := range r.CPUPerVolumeMillis {
-			keys = append(keys, k)
-			total += v
-		}
-		sortByValue(keys, r.CPUPerVolumeMillis)
-		fmt.Fprintf(w, "\nCPU per volume while provisioning (%.1f ms in all):", total)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s %.2f ms", k, r.CPUPerVolumeMillis[k])
-		}
 		fmt.Fprintln(w)
+		printCPU(w, "CPU per volume while provisioning", r.CPUPerVolumeMillis)
+	}
+	if len(r.Ceiling.CPUPerVolumeMillis) > 0 {
+		printCPU(w, "CPU per volume of the ceiling writer", r.Ceiling.CPUPerVolumeMillis)
 	}
 	fmt.Fprintln(w, "\nAPI requests per volume while provisioning (benchmark's own PVC creates excluded):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -164,16 +181,22 @@ func printResult(w io.Writer, r *result) {
 		fmt.Fprintf(tw, "  %s\t%.2f\n", k, r.API.PerVolume[k])
 	}
 	_ = tw.Flush()
-	if len(r.SidecarMetrics) > 0 {
-		fmt.Fprintln(w, "\nThe provisioner's own counters after binding:")
-		keys := make([]string, 0, len(r.SidecarMetrics))
-		for k := range r.SidecarMetrics {
-			keys = append(keys, k)
-		}
-		sortByValue(keys, r.SidecarMetrics)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s %.0f\n", k, r.SidecarMetrics[k])
-		}
+	printCounters(w, "The provisioner's own counters after binding", r.SidecarMetrics)
+	printCounters(w, "The same once every volume was deleted", r.SidecarMetricsAfterDelete)
+}
+
+func printCounters(w io.Writer, title string, m map[string]float64) {
+	if len(m) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortByValue(keys, m)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s %.0f\n", k, m[k])
 	}
 }
 
