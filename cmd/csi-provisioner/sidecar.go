@@ -268,7 +268,7 @@ func newProvisionController(ctx context.Context, cfg *Config, client kubernetes.
 	if inTree != "" {
 		opts = append(opts, controller.AdditionalProvisionerNames([]string{inTree}))
 	}
-	return controller.NewProvisionController(ctx, client, driverName, prov, opts...)
+	return controller.NewProvisionController(ctx, prov.LibraryClient(client), driverName, prov, opts...)
 }
 
 // connectDriver connects to the driver, checks that it provisions volumes,

@@ -86,10 +86,17 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 // the attachments again. Every other volume is left to the library's own
 // checks.
 //
+// A PV whose deletion the library finished a moment ago is not handed to
+// Delete again from a copy that lags behind it (finishedDeletions).
+//
 // In node deployment a volume that is not this node's is not handed to
 // Delete either (checkVolumeNode): every node's library would count the
 // ignored deletion as a deletion in its metrics.
 func (p *Provisioner) ShouldDelete(ctx context.Context, pv *corev1.PersistentVolume) bool {
+	if p.finished.lagsBehind(pv) {
+		klog.FromContext(ctx).V(4).Info("Volume already deleted; the library's copy lags behind", "pv", klog.KObj(pv))
+		return false
+	}
 	if pv.Status.Phase != corev1.VolumeReleased || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 		return true
 	}

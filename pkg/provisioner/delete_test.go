@@ -1,10 +1,12 @@
 package provisioner
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -12,10 +14,13 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
@@ -230,5 +235,83 @@ func TestDeleteBeforeAttachmentsKnown(t *testing.T) {
 	}
 	if calls := driver.deleteCalls(); len(calls) != 0 {
 		t.Errorf("DeleteVolume called %d times", len(calls))
+	}
+}
+
+// TestShouldDeleteAfterLibraryFinished: once the library's patch through
+// LibraryClient has removed its finalizer from a PV being deleted, a copy
+// of that PV from before the patch does not reach Delete again. Anything
+// else the record does not cover goes through as before.
+func TestShouldDeleteAfterLibraryFinished(t *testing.T) {
+	now := metav1.Now()
+	deleting := provisionedPV("", "").Obj()
+	deleting.UID = "uid-pv1"
+	deleting.DeletionTimestamp = &now
+	deleting.Finalizers = []string{libraryVolumeFinalizer, "kubernetes.io/pv-protection"}
+	dropFinalizer := `{"metadata":{"finalizers":["kubernetes.io/pv-protection"]}}`
+	tests := []struct {
+		name     string
+		live     *corev1.PersistentVolume // on the API server before the patch
+		patch    string
+		patchErr bool
+		elapsed  time.Duration
+		want     bool
+	}{
+		{name: "the library removed its finalizer", live: deleting, patch: dropFinalizer},
+		{name: "the removal failed", live: deleting, patch: dropFinalizer, patchErr: true, want: true},
+		{name: "a patch that keeps the finalizer", live: deleting, patch: `{"metadata":{"labels":{"a":"b"}}}`, want: true},
+		{
+			name: "a PV not being deleted", patch: dropFinalizer, want: true,
+			live: func() *corev1.PersistentVolume {
+				pv := deleting.DeepCopy()
+				pv.DeletionTimestamp = nil
+				return pv
+			}(),
+		},
+		{name: "finished too long ago", live: deleting, patch: dropFinalizer, elapsed: finishedTTL, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			h := newHarness(t, baseCaps(), objs(tt.live), WithClock(clk))
+			if tt.patchErr {
+				h.client.PrependReactor("patch", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, errors.New("connection refused")
+				})
+			}
+			_, err := h.p.LibraryClient(h.client).CoreV1().PersistentVolumes().Patch(h.ctx, tt.live.Name, types.MergePatchType, []byte(tt.patch), metav1.PatchOptions{})
+			if (err != nil) != tt.patchErr {
+				t.Fatalf("Patch: %v", err)
+			}
+			clk.Step(tt.elapsed)
+			if got := h.p.ShouldDelete(h.ctx, deleting); got != tt.want {
+				t.Errorf("ShouldDelete(copy from before the patch) = %v, want %v", got, tt.want)
+			}
+			if calls := h.driver.deleteCalls(); len(calls) != 0 {
+				t.Errorf("DeleteVolume called %d times", len(calls))
+			}
+		})
+	}
+}
+
+// TestFinishedDeletionsPrune: the record forgets deletions after
+// finishedTTL and drops them from its map, so it does not grow with every
+// deletion.
+func TestFinishedDeletionsPrune(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFinishedDeletions(clk)
+	f.add("a")
+	clk.Step(finishedTTL / 2)
+	f.add("b")
+	if !f.has("a") || !f.has("b") {
+		t.Fatal("fresh entries forgotten")
+	}
+	clk.Step(finishedTTL / 2)
+	if f.has("a") || !f.has("b") {
+		t.Errorf("has(a) = %v, has(b) = %v after one TTL; want false, true", f.has("a"), f.has("b"))
+	}
+	f.add("c") // prunes a
+	if len(f.at) != 2 {
+		t.Errorf("%d entries after pruning, want 2 (b, c)", len(f.at))
 	}
 }

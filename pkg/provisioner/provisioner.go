@@ -86,6 +86,7 @@ type Provisioner struct {
 	hasSynced      []cache.InformerSynced
 	topologies     *topologyCache
 	attempts       *ledger
+	finished       *finishedDeletions
 	node           *nodeDeployment // nil without WithNodeDeployment
 }
 
@@ -120,6 +121,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		cfg:        cfg,
 		topologies: newTopologyCache(),
 		attempts:   newLedger(),
+		finished:   newFinishedDeletions(cfg.clock),
 	}
 	if cfg.node != nil {
 		node, err := newNodeDeployment(*cfg.node, caps.DriverName)

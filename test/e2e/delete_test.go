@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,4 +142,57 @@ func metricValue(ctx context.Context, endpoint, series string) (float64, error) 
 		}
 	}
 	return 0, sc.Err()
+}
+
+// TestDeleteManyOnce: claims provisioned and then deleted together have
+// each volume deleted exactly once. The library's own writes during a
+// deletion queue the PV again, and a copy from its cache that has not seen
+// its finalizer removal yet used to be deleted a second time: a second
+// DeleteVolume, the PV counted deleted twice, or a PV delete that failed
+// with "not found" (an "Unhandled Error" in the log and a failed deletion
+// counted). Here DeleteVolume is called once per volume, the deletion
+// metric counts each volume once, the failure metric not at all, and the
+// log has no "Unhandled Error".
+func TestDeleteManyOnce(t *testing.T) {
+	const n = 50
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{memory: true, sidecarArgs: []string{"--http-endpoint=" + endpoint}})
+	ctx := t.Context()
+	sc := s.class("many", nil)
+	for i := range n {
+		s.claim(testutil.NewPVC(s.ns, fmt.Sprintf("data-%02d", i)).Class(sc.Name))
+	}
+	pvs := make([]string, n)
+	for i := range n {
+		_, pv := s.waitBound(fmt.Sprintf("data-%02d", i))
+		pvs[i] = pv.Name
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, pv := range pvs {
+		s.waitGone(fmt.Sprintf("data-%02d", i), pv)
+	}
+	deleted := metricSeries("controller_persistentvolume_delete_total", "class", sc.Name)
+	waitMetric(t, endpoint, deleted, func(v float64) bool { return v >= n })
+	deleteCalls := metricSeries("csi_sidecar_operations_seconds_count",
+		"driver_name", s.driver.Name, "grpc_status_code", "OK", "method_name", "/csi.v1.Controller/DeleteVolume")
+	for series, want := range map[string]float64{
+		deleted:     n,
+		deleteCalls: n,
+		metricSeries("controller_persistentvolume_delete_failed_total", "class", sc.Name): 0,
+	} {
+		if got, err := metricValue(ctx, endpoint, series); err != nil || got != want {
+			t.Errorf("%s = %v (%v), want %v", series, got, err, want)
+		}
+	}
+	log, err := os.ReadFile(s.sidecar.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(log)) {
+		if strings.Contains(line, "Unhandled Error") {
+			t.Errorf("sidecar log: %s", line)
+		}
+	}
 }
