@@ -76,13 +76,25 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	s := &stack{t: t, cp: cp, c: cp.Client(), dir: t.TempDir(), className: base}
-	ns, err := s.c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	s := &stack{t: t, cp: cp, c: cp.Client(), dir: t.TempDir()}
+	// The namespace, class and driver are named after the test; a repeated
+	// run (go test -count=N) on the same control plane gets a suffix.
+	for i := 1; ; i++ {
+		name := base
+		if i > 1 {
+			name = fmt.Sprintf("%s-%d", base, i)
+		}
+		ns, err := s.c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ns, s.className = ns.Name, ns.Name
+		break
 	}
-	s.ns = ns.Name
-	driverName := base + ".csi.kube-storage.io"
+	driverName := s.ns + ".csi.kube-storage.io"
 	if cfg.driverName != "" {
 		driverName = cfg.driverName
 	}
