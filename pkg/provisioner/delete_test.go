@@ -295,8 +295,7 @@ func TestShouldDeleteAfterLibraryFinished(t *testing.T) {
 }
 
 // TestFinishedDeletionsPrune: the record forgets deletions after
-// finishedTTL and drops them from its map, so it does not grow with every
-// deletion.
+// finishedTTL and drops them, so it does not grow with every deletion.
 func TestFinishedDeletionsPrune(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := newFinishedDeletions(clk)
@@ -311,7 +310,7 @@ func TestFinishedDeletionsPrune(t *testing.T) {
 		t.Errorf("has(a) = %v, has(b) = %v after one TTL; want false, true", f.has("a"), f.has("b"))
 	}
 	f.add("c") // prunes a
-	if len(f.at) != 2 {
-		t.Errorf("%d entries after pruning, want 2 (b, c)", len(f.at))
+	if n := f.uids.Len(); n != 2 {
+		t.Errorf("%d entries after pruning, want 2 (b, c)", n)
 	}
 }

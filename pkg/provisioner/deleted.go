@@ -3,12 +3,12 @@ package provisioner
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
@@ -28,7 +28,8 @@ const finishedTTL = 2 * time.Minute
 
 // finishedDeletions remembers, by PV UID, the PVs whose deletion the
 // library finished: it removed its finalizer from the PV being deleted.
-// It is safe for concurrent use.
+// It is safe for concurrent use; apimachinery's expiring cache keeps the
+// entries and drops the expired ones as new ones come.
 //
 // Why: the library deletes a volume (DeleteVolume, then the PV object,
 // then its finalizer) and the watch events of its own writes queue the PV
@@ -42,42 +43,21 @@ const finishedTTL = 2 * time.Minute
 // and 32 failures counted (make bench). ShouldDelete keeps such copies
 // from the library.
 type finishedDeletions struct {
-	clock clock.PassiveClock
-
-	mu     sync.Mutex
-	at     map[types.UID]time.Time
-	pruned time.Time
+	uids *utilcache.Expiring
 }
 
-func newFinishedDeletions(clk clock.PassiveClock) *finishedDeletions {
-	return &finishedDeletions{clock: clk, at: map[types.UID]time.Time{}, pruned: clk.Now()}
+func newFinishedDeletions(clk clock.Clock) *finishedDeletions {
+	return &finishedDeletions{uids: utilcache.NewExpiringWithClock(clk)}
 }
 
-// add remembers uid. Entries older than finishedTTL are dropped at most
-// once per half TTL, so add costs O(1) amortized and the map holds at most
-// the deletions of one and a half TTLs.
-func (f *finishedDeletions) add(uid types.UID) {
-	now := f.clock.Now()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if now.Sub(f.pruned) >= finishedTTL/2 {
-		for u, t := range f.at {
-			if now.Sub(t) >= finishedTTL {
-				delete(f.at, u)
-			}
-		}
-		f.pruned = now
-	}
-	f.at[uid] = now
-}
+// add remembers uid for finishedTTL.
+func (f *finishedDeletions) add(uid types.UID) { f.uids.Set(uid, struct{}{}, finishedTTL) }
 
 // has reports whether the deletion of the PV with uid finished less than
 // finishedTTL ago.
 func (f *finishedDeletions) has(uid types.UID) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t, ok := f.at[uid]
-	return ok && f.clock.Since(t) < finishedTTL
+	_, ok := f.uids.Get(uid)
+	return ok
 }
 
 // lagsBehind reports whether pv is a copy from before the library finished
