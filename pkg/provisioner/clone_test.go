@@ -7,6 +7,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
@@ -217,6 +218,66 @@ func TestCloneContentSourceIsTheVolume(t *testing.T) {
 	want := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "backend-42"}}}
 	if got := h.driver.createCalls()[0].GetVolumeContentSource(); got.String() != want.String() {
 		t.Errorf("content source %v, want %v", got, want)
+	}
+}
+
+// TestContentSourceMissing: a driver that answers a clone without the
+// content source ignored it. The volume is deleted again and never gets a
+// PV, and the error is not final (as upstream), unless the claim is being
+// deleted.
+func TestContentSourceMissing(t *testing.T) {
+	tests := []struct {
+		name       string
+		deleting   bool
+		answer     *csi.Volume
+		deleteErrs []error
+		wantState  controller.ProvisioningState
+		wantErr    string
+		wantDelete int
+	}{
+		{name: "reported: recorded", answer: &csi.Volume{VolumeId: "vol-1", ContentSource: &csi.VolumeContentSource{
+			Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "h-src"}},
+		}}, wantState: controller.ProvisioningFinished},
+		{
+			name: "missing: deleted, not final", answer: &csi.Volume{VolumeId: "vol-1"},
+			wantState: controller.ProvisioningInBackground, wantErr: "volume content source missing", wantDelete: 1,
+		},
+		{
+			name: "missing and the cleanup fails", answer: &csi.Volume{VolumeId: "vol-1"},
+			deleteErrs: []error{csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal)},
+			wantState:  controller.ProvisioningInBackground, wantErr: "volume content source missing. Cleanup of volume pvc-uid-clone failed, volume is orphaned", wantDelete: 5,
+		},
+		{
+			name: "missing for a claim being deleted: released", deleting: true, answer: &csi.Volume{VolumeId: "vol-1"},
+			wantState: controller.ProvisioningFinished, wantErr: "volume content source missing", wantDelete: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, pv := sourcePair()
+			b := cloneOf("src").Finalizers(inflight.Finalizer)
+			if tt.deleting {
+				b.Deleted()
+			}
+			clone, class := b.Obj(), newClass().Obj()
+			h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()))
+			h.driver.createAnswers = []createAnswer{{vol: tt.answer}}
+			h.driver.deleteErrs = tt.deleteErrs
+
+			got, state, err := h.provision(clone, class)
+			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
+				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)
+			}
+			if (got != nil) != (tt.wantErr == "") {
+				t.Errorf("PV %v, want one only when the source was reported", got)
+			}
+			if n := len(h.driver.deleteCalls()); n != tt.wantDelete {
+				t.Errorf("DeleteVolume calls = %d, want %d", n, tt.wantDelete)
+			}
+			if has := inflight.Has(h.liveClaim(clone)); has == (tt.deleting && tt.wantDelete > 0) {
+				t.Errorf("in-flight finalizer present = %v", has)
+			}
+		})
 	}
 }
 

@@ -41,7 +41,7 @@ type fakeDriver struct {
 	creates []*csi.CreateVolumeRequest
 	deletes []*csi.DeleteVolumeRequest
 	// createAnswers are returned in order, the last one repeated; with none,
-	// CreateVolume succeeds with the requested capacity.
+	// CreateVolume succeeds with the requested capacity and content source.
 	createAnswers []createAnswer
 	// deleteErrs are returned in order, then nil.
 	deleteErrs []error
@@ -66,7 +66,7 @@ func (d *fakeDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 	defer d.mu.Unlock()
 	d.creates = append(d.creates, proto.Clone(req).(*csi.CreateVolumeRequest))
 	if len(d.createAnswers) == 0 {
-		return &csi.Volume{VolumeId: "id-" + req.GetName(), CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+		return &csi.Volume{VolumeId: "id-" + req.GetName(), CapacityBytes: req.GetCapacityRange().GetRequiredBytes(), ContentSource: req.GetVolumeContentSource()}, nil
 	}
 	a := d.createAnswers[0]
 	if len(d.createAnswers) > 1 {

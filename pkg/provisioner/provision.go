@@ -146,9 +146,10 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 }
 
 // recordVolume returns the PV of a created volume, after checking its
-// capacity (a volume smaller than requested is deleted again, see tooSmall)
-// and, for a class of the migrated in-tree plugin, translating it back to
-// the in-tree source.
+// capacity and, for a clone or a restore, that the driver reports the
+// content source it was asked for (a volume failing either check is
+// deleted again, see discard) and, for a class of the migrated in-tree
+// plugin, translating it back to the in-tree source.
 func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
 	requested := pl.req.GetCapacityRange().GetRequiredBytes()
@@ -159,7 +160,12 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 		logger.V(4).Info("Driver reported capacity 0, using the requested size", "bytes", requested)
 		capacity = requested
 	case capacity < requested:
-		return p.tooSmall(ctx, claim, pl, vol, requested)
+		return p.discard(ctx, claim, pl, vol, fmt.Errorf("created volume capacity %v less than requested capacity %v", vol.GetCapacityBytes(), requested))
+	}
+	if pl.req.GetVolumeContentSource() != nil && vol.GetContentSource() == nil {
+		// The driver ignored the source: the volume is not the clone or
+		// the restore the claim asked for (upstream's check and message).
+		return p.discard(ctx, claim, pl, vol, errors.New("volume content source missing"))
 	}
 
 	pv := p.persistentVolume(claim, pl.class, pl, vol, capacity)
@@ -226,14 +232,14 @@ func (p *Provisioner) releaseIfDeleting(ctx context.Context, claim *corev1.Persi
 	return p.releaseIdle(ctx, claim)
 }
 
-// tooSmall handles a created volume smaller than requested: it is deleted
-// again (never recorded in a PV) and the error is not final
-// (ProvisioningInBackground, as upstream), so the library retries. When the
-// delete succeeded and the claim is being deleted, the claim is released
-// and the state is ProvisioningFinished.
-func (p *Provisioner) tooSmall(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, requested int64) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+// discard handles a created volume that must not be recorded (smaller
+// than requested, or without the content source asked for): it is deleted
+// again, never recorded in a PV, and the error is not final
+// (ProvisioningInBackground, as upstream), so the library retries. When
+// the delete succeeded and the claim is being deleted, the claim is
+// released and the state is ProvisioningFinished.
+func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, reason error) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
-	capErr := fmt.Errorf("created volume capacity %v less than requested capacity %v", vol.GetCapacityBytes(), requested)
 	req := &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: pl.req.GetSecrets()}
 	var err error
 	for range cleanupAttempts {
@@ -242,20 +248,20 @@ func (p *Provisioner) tooSmall(ctx context.Context, claim *corev1.PersistentVolu
 		}
 	}
 	if err != nil {
-		logger.Error(err, "Could not delete a volume created smaller than requested", "volumeID", vol.GetVolumeId())
-		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %w", capErr, pl.req.GetName(), err)
+		logger.Error(err, "Could not delete a created volume that cannot be used", "volumeID", vol.GetVolumeId(), "reason", reason)
+		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %w", reason, pl.req.GetName(), err)
 	}
-	logger.V(2).Info("Deleted a volume created smaller than requested", "volumeID", vol.GetVolumeId(), "bytes", vol.GetCapacityBytes(), "requested", requested)
+	logger.V(2).Info("Deleted a created volume that cannot be used", "volumeID", vol.GetVolumeId(), "reason", reason)
 	p.attempts.final(claim.UID)
 	released, err := p.releaseIfDeleting(ctx, claim)
 	if err != nil {
-		logger.Error(err, "Could not remove the in-flight finalizer after deleting the too small volume; the guard retries")
+		logger.Error(err, "Could not remove the in-flight finalizer after deleting the volume; the guard retries")
 	}
 	if released {
 		// Nothing exists and the claim is going away: stop retrying.
-		return nil, controller.ProvisioningFinished, capErr
+		return nil, controller.ProvisioningFinished, reason
 	}
-	return nil, controller.ProvisioningInBackground, capErr
+	return nil, controller.ProvisioningInBackground, reason
 }
 
 func isIgnoredError(err error) bool {

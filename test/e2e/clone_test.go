@@ -90,6 +90,35 @@ func TestCloneBeforeSource(t *testing.T) {
 // test: a claim provisioned after a failure was queued by the provisioner.
 var slowRetries = []string{"--retry-interval-start=10m", "--retry-interval-max=10m"}
 
+// TestCloneSourceIgnoredByDriver: a driver that ignores the content source
+// answers a clone with an empty volume. The sidecar deletes that volume
+// again instead of binding it (as upstream): the claim stays Pending with
+// a Warning, and nothing is left behind once it is deleted.
+func TestCloneSourceIgnoredByDriver(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, driverArgs: []string{"--ignore-content-source"}})
+	sc := s.class("fs", nil)
+	src := s.claim(testutil.NewPVC(s.ns, "src").Class(sc.Name).Size("1Gi"))
+	_, srcPV := s.waitBound(src.Name)
+
+	clone := s.claim(testutil.NewPVC(s.ns, "copy").Class(sc.Name).Size("1Gi").DataSource(nil, "PersistentVolumeClaim", src.Name))
+	s.waitEvent(s.ns, string(clone.UID), corev1.EventTypeWarning, "ProvisioningFailed", "volume content source missing")
+	if got := s.getClaim(clone.Name); got.Spec.VolumeName != "" || got.Status.Phase != corev1.ClaimPending {
+		t.Errorf("clone of an ignored source: volumeName %q, phase %s; want Pending without a volume", got.Spec.VolumeName, got.Status.Phase)
+	}
+	if pv := s.pvOf(clone.UID); pv != nil {
+		t.Errorf("clone of an ignored source got PV %s", pv.Name)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), clone.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the clone was not deleted", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, clone.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	// Only the source's volume is left, and it goes with its claim.
+	s.deleteAndWaitGone(src.Name, srcPV.Name)
+}
+
 // contentSource returns what the driver says the volume with id was
 // created from (nil for nothing, or when there is no such volume).
 func (s *stack) contentSource(id string) *csi.VolumeContentSource {

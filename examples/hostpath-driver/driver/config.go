@@ -106,13 +106,20 @@ type Faults struct {
 	HangDeleteRate float64
 	// Seed seeds the generator; 0 picks a random seed, which New logs.
 	Seed uint64
+	// IgnoreContentSource makes every CreateVolume ignore the request's
+	// volume_content_source: the volume is created empty and the answer
+	// has no content_source, as from a driver that does not support the
+	// source it was given (the CO must not take such a volume for a
+	// clone or a restore).
+	IgnoreContentSource bool
 }
 
 // Enabled reports whether any fault is configured.
 func (f Faults) Enabled() bool {
 	return f.CreateLatency > 0 || f.DeleteLatency > 0 ||
 		f.FailCreateRate > 0 || f.FailDeleteRate > 0 ||
-		f.HangCreateRate > 0 || f.HangDeleteRate > 0
+		f.HangCreateRate > 0 || f.HangDeleteRate > 0 ||
+		f.IgnoreContentSource
 }
 
 // DefaultConfig returns a Config with every default set. NodeID is empty

@@ -104,6 +104,9 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	if d.cfg.Faults.IgnoreContentSource {
+		src = nil
+	}
 
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -200,3 +200,24 @@ func TestFaultHang(t *testing.T) {
 		wantCode(t, <-errs, codes.Canceled)
 	})
 }
+
+// TestIgnoreContentSource: with the fault, a clone is created empty and
+// answered without content_source, and a retry of the same request is
+// still compatible (idempotent by name).
+func TestIgnoreContentSource(t *testing.T) {
+	d := newTestDriver(t, func(c *Config) { c.Faults.IgnoreContentSource = true })
+	src := mustCreate(t, d, createReq("source", gi))
+	req := createReq("clone", gi)
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.GetVolumeId()},
+	}}
+	for i := range 2 {
+		v := mustCreate(t, d, req)
+		if v.GetContentSource() != nil {
+			t.Errorf("call %d answered content_source %v, want none", i, v.GetContentSource())
+		}
+	}
+	if got := len(volumeIDs(t, d)); got != 2 {
+		t.Errorf("%d volumes, want the source and one clone", got)
+	}
+}
