@@ -53,7 +53,11 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	// classes matter: for another provisioner's class only volumes pre-bound
 	// to the claim are candidates). A claim with a selected node is to be
 	// provisioned: it never takes an unbound static volume (seed bug 1),
-	// only one pre-bound to it.
+	// only one pre-bound to it. Nor does a claim being deleted (its
+	// in-flight finalizer may keep it for a whole CreateVolume): it would
+	// take a volume from a live claim only for the volume to be Released,
+	// and reclaimed, when it goes. A volume pre-bound to it (the one
+	// provisioned for it) is still bound, so the finalizer can go.
 	delay := false
 	if ours {
 		var err error
@@ -72,7 +76,7 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 		}
 		return pvs
 	}
-	pv, err := b.matchAndReserve(ctx, claim, candidates, delay || selected)
+	pv, err := b.matchAndReserve(ctx, claim, candidates, delay || selected || claim.DeletionTimestamp != nil)
 	if err != nil {
 		return result{}, err
 	}

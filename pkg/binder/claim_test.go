@@ -336,6 +336,19 @@ func TestSyncPendingClaim(t *testing.T) {
 			sync:    "pvc/c1",
 		},
 		{
+			name:    "a claim being deleted does not take an unbound static volume",
+			objects: objs(classFast(), cDeleting, pv1),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "a claim being deleted still binds the volume pre-bound to it",
+			objects: objs(classFast(), cDeleting, byUID),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cDeleting, byUID, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(byUID, cDeleting, false)},
+			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
 			name:    "11-14 class not found: ProvisioningFailed",
 			objects: objs(cGhost),
 			sync:    "pvc/c1",

@@ -16,6 +16,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	k8smetrics "k8s.io/component-base/metrics"
@@ -123,6 +124,43 @@ func TestBinderStaticBinding(t *testing.T) {
 	if got := e.getPV(foreign.Name); got.ResourceVersion != foreign.ResourceVersion {
 		t.Errorf("PV %s of another driver was written: resourceVersion %s -> %s (phase %s, claimRef %+v)",
 			foreign.Name, foreign.ResourceVersion, got.ResourceVersion, got.Status.Phase, got.Spec.ClaimRef)
+	}
+}
+
+// TestBinderDeletingClaim: a claim being deleted, held by the in-flight
+// finalizer as during a long CreateVolume, does not take an unbound static
+// volume that appears meanwhile: the volume is left for a live claim
+// instead of being bound, then Released and reclaimed when the claim goes.
+func TestBinderDeletingClaim(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	rb := e.startBinder(binderConfig{})
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	held := e.createClaim(testutil.NewPVC(e.ns, "held").Class(sc.Name).Size("1Gi"))
+	e.waitClaim(held.Name, "handed over with the in-flight finalizer", func(c *corev1.PersistentVolumeClaim) bool {
+		return inflight.Has(c)
+	})
+	e.deleteClaim(held.Name)
+	e.waitClaim(held.Name, "being deleted", func(c *corev1.PersistentVolumeClaim) bool { return c.DeletionTimestamp != nil })
+
+	pv := e.createPV(testutil.NewPV(e.name("static"), e.driver).Class(sc.Name).Size("1Gi"))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	rb.waitResyncs(t, 2)
+	if got := e.getPV(pv.Name); got.Spec.ClaimRef != nil || got.Status.Phase != corev1.VolumeAvailable {
+		t.Errorf("static volume with only a claim being deleted: claimRef %+v, phase %s; want none, Available", got.Spec.ClaimRef, got.Status.Phase)
+	}
+	if got := e.getClaim(held.Name); got.Spec.VolumeName != "" {
+		t.Errorf("claim being deleted took volume %s", got.Spec.VolumeName)
+	}
+
+	// The provisioner would release the finalizer; the volume then goes to
+	// the next claim.
+	if _, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Patch(t.Context(), held.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	live := e.createClaim(testutil.NewPVC(e.ns, "live").Class(sc.Name).Size("1Gi"))
+	if got := e.waitClaim(live.Name, "Bound", isBound); got.Spec.VolumeName != pv.Name {
+		t.Errorf("live claim bound to %q, want the static volume %s", got.Spec.VolumeName, pv.Name)
 	}
 }
 
