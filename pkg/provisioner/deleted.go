@@ -68,26 +68,31 @@ func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
 }
 
 // LibraryClient returns client as the provisioning library gets it: the
-// same, except that its PersistentVolume patches are watched for the
-// removal of the library's finalizer from a PV being deleted (the
-// library's last step of a deletion), which ShouldDelete then knows
-// about (see finishedDeletions).
+// same, except that
+//   - its PersistentVolume patches are watched for the removal of the
+//     library's finalizer from a PV being deleted (the library's last step
+//     of a deletion), which ShouldDelete then knows about (see
+//     finishedDeletions);
+//   - its reschedule of a claim also removes the in-flight finalizer when
+//     no CreateVolume for the claim is in flight (see libraryClaims).
 func (p *Provisioner) LibraryClient(client kubernetes.Interface) kubernetes.Interface {
-	return libraryClient{Interface: client, finished: p.finished}
+	return libraryClient{Interface: client, finished: p.finished, attempts: p.attempts}
 }
 
 type libraryClient struct {
 	kubernetes.Interface
 	finished *finishedDeletions
+	attempts *ledger
 }
 
 func (c libraryClient) CoreV1() typedcorev1.CoreV1Interface {
-	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished}
+	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished, attempts: c.attempts}
 }
 
 type libraryCoreV1 struct {
 	typedcorev1.CoreV1Interface
 	finished *finishedDeletions
+	attempts *ledger
 }
 
 func (c libraryCoreV1) PersistentVolumes() typedcorev1.PersistentVolumeInterface {

@@ -90,14 +90,22 @@
 //     binder removes the finalizer; a deleted claim's PV is Released and
 //     its volume deleted.
 //
+// A claim sent back to the scheduler (the library's reschedule: the
+// driver answered RESOURCE_EXHAUSTED for the selected node, or the node is
+// gone) loses the finalizer in the same write when nothing is in flight,
+// and gets it again before its next CreateVolume: a later process that
+// sees it deleted need not know that answer.
+//
 // What is left to an administrator, with a Warning event or error on the
 // claim: a claim answered AlreadyExists; and, when this process cannot
 // know that nothing is in flight (it restarted after the finalizer was
 // added), a claim being deleted whose request can no longer be built (its
-// secret was deleted, say) and a claim that another binder bound to a
-// different volume. Each keeps the finalizer until the volume named after
-// the claim is known not to exist, or an administrator who checked the
-// storage backend removes it.
+// secret was deleted, say), a late-binding claim being deleted without a
+// selected node (the node of the lost create was deleted, so the claim was
+// sent back to the scheduler; no CreateVolume can be sent without a node),
+// and a claim that another binder bound to a different volume. Each keeps
+// the finalizer until the volume named after the claim is known not to
+// exist, or an administrator who checked the storage backend removes it.
 //
 // # Node deployment
 //

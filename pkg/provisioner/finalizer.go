@@ -184,6 +184,24 @@ func (l *ledger) release(uid types.UID) bool {
 	return true
 }
 
+// idle reports whether nothing can be in flight for the claim (as
+// release, without releasing it: a later CreateVolume may still begin).
+func (l *ledger) idle(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.states[uid]
+	return s == attemptFinal || s == attemptClean
+}
+
+// unknown reports whether this process knows nothing of the claim's
+// CreateVolume calls (it started after the claim got the finalizer).
+func (l *ledger) unknown(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, known := l.states[uid]
+	return !known
+}
+
 // unrelease undoes release after a failed finalizer removal.
 func (l *ledger) unrelease(uid types.UID) {
 	l.mu.Lock()

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -41,7 +42,10 @@ const guardQueueName = "inflight_guard"
 //     finalizer and sent none since.
 //
 // A claim bound to another volume while its create may still be in flight
-// keeps the finalizer and gets a Warning event saying what to check.
+// keeps the finalizer and gets a Warning event saying what to check, and
+// so does a late-binding claim deleted without a selected node whose
+// create this process knows nothing of (see libraryClaims for how a
+// reschedule normally avoids that).
 func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 	logger := klog.FromContext(ctx).WithName("inflight-guard")
 	ctx = klog.NewContext(ctx, logger)
@@ -143,8 +147,26 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 			"the claim was bound to volume %s while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
 			claim.Spec.VolumeName, inflight.Finalizer, p.VolumeName(claim)))
 	}
+	if deleting && !bound && p.attempts.unknown(claim.UID) && p.waitsForNode(claim) {
+		// The library never provisions a late-binding claim without a
+		// selected node, so no CreateVolume answer will release it.
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
+			"the claim is being deleted without a selected node, and a CreateVolume for it may have been in progress before this provisioner started; finalizer %s stays so that a volume named %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
+			inflight.Finalizer, p.VolumeName(claim)))
+	}
 	logger.V(4).Info("Keeping the in-flight finalizer: no PV records the volume yet", "bound", bound, "deleting", deleting)
 	return nil
+}
+
+// waitsForNode reports whether claim is of a WaitForFirstConsumer class and
+// has no selected node: the library does not provision it until the
+// scheduler selects one.
+func (p *Provisioner) waitsForNode(claim *corev1.PersistentVolumeClaim) bool {
+	if metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode) {
+		return false
+	}
+	delay, err := storagehelpers.IsDelayBindingMode(claim, p.classes)
+	return err == nil && delay
 }
 
 // provisionedVolume returns the PV that records the volume provisioned for

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,6 +34,7 @@ func TestGuardSync(t *testing.T) {
 		name       string
 		claim      *corev1.PersistentVolumeClaim
 		pvs        func(*corev1.PersistentVolumeClaim) []runtime.Object
+		class      *storagev1.StorageClass
 		binderOff  bool
 		ledger     func(*ledger)
 		failUpdate bool
@@ -100,6 +102,23 @@ func TestGuardSync(t *testing.T) {
 		},
 		{name: "being deleted, create in flight", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true},
 		{name: "being deleted, nothing known (after a restart)", claim: guarded().Deleted().Obj(), wantKept: true},
+		{
+			name: "being deleted, late binding, no node selected, nothing known: kept, with a warning", claim: guarded().Deleted().Obj(),
+			class: newClass().WaitForFirstConsumer().Obj(), wantKept: true,
+			wantEvent: "Warning ProvisioningFailed the claim is being deleted without a selected node, and a CreateVolume for it may have been in progress before this provisioner started; finalizer " + inflight.Finalizer + " stays so that a volume named pvc-uid-c cannot leak",
+		},
+		{
+			name: "being deleted, late binding, node selected, nothing known: kept (the library sends a CreateVolume)", claim: guarded().Deleted().Annotation(storagehelpers.AnnSelectedNode, "n1").Obj(),
+			class: newClass().WaitForFirstConsumer().Obj(), wantKept: true,
+		},
+		{
+			name: "being deleted, late binding, no node selected, create in flight: kept (its answer releases it)", claim: guarded().Deleted().Obj(),
+			class: newClass().WaitForFirstConsumer().Obj(), ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true,
+		},
+		{
+			name: "being deleted, late binding, no node selected, last answer final", claim: guarded().Deleted().Obj(),
+			class: newClass().WaitForFirstConsumer().Obj(), ledger: func(l *ledger) { l.final("uid-c") },
+		},
 		{name: "pending, last answer final: the library retries", claim: guarded().Obj(), ledger: func(l *ledger) { l.final("uid-c") }, wantKept: true},
 		{
 			name: "claim of another driver", wantKept: true, binderOff: true,
@@ -116,6 +135,9 @@ func TestGuardSync(t *testing.T) {
 			o := objs(tt.claim)
 			if tt.pvs != nil {
 				o = append(o, tt.pvs(tt.claim)...)
+			}
+			if tt.class != nil {
+				o = append(o, tt.class)
 			}
 			h := newHarness(t, baseCaps(), o, WithBinderEnabled(!tt.binderOff))
 			if tt.ledger != nil {

@@ -57,6 +57,8 @@ type stackConfig struct {
 	topology   bool
 	// driverName replaces the driver's name, <test>.csi.kube-storage.io.
 	driverName string
+	// nodeID replaces the driver's node ID, node-1.
+	nodeID string
 	// beforeSidecar runs after the namespace and the driver exist, before
 	// the sidecar starts.
 	beforeSidecar func(*stack)
@@ -99,7 +101,7 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 		driverName = cfg.driverName
 	}
 	s.driver, err = e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{
-		Dir: s.dir, Name: driverName, Memory: cfg.memory, Topology: cfg.topology, Args: cfg.driverArgs,
+		Dir: s.dir, Name: driverName, NodeID: cfg.nodeID, Memory: cfg.memory, Topology: cfg.topology, Args: cfg.driverArgs,
 	})
 	if err != nil {
 		t.Fatal(err)

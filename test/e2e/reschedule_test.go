@@ -10,6 +10,7 @@ import (
 
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 const annSelectedNode = "volume.kubernetes.io/selected-node"
@@ -48,8 +49,11 @@ func TestWaitForFirstConsumerReschedule(t *testing.T) {
 			if got.Spec.VolumeName != "" {
 				t.Fatalf("claim bound to %s with node %s selected", got.Spec.VolumeName, step.node)
 			}
+			// Nothing is in flight after the answer: the in-flight
+			// finalizer goes with the selected node, so that the claim
+			// can be deleted even after the sidecar restarts.
 			_, ok := got.Annotations[annSelectedNode]
-			return !ok, nil
+			return !ok && !inflight.Has(got), nil
 		})
 		if vols, err := s.driver.ListVolumes(ctx); err != nil || len(vols) != 0 {
 			t.Fatalf("driver volumes after selecting %s: %v, %v; want none", step.node, vols, err)
@@ -60,6 +64,67 @@ func TestWaitForFirstConsumerReschedule(t *testing.T) {
 	_, pv := s.waitBound(claim.Name)
 	s.checkOnDriverNode(pv)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestDeletedWithoutNodeAfterRestart: the sidecar is killed while the
+// CreateVolume of a late-binding claim is in flight, and the selected node
+// is deleted before it restarts. The restarted sidecar sends the claim back
+// to the scheduler (the node is gone), but cannot know whether the killed
+// one's create made a volume, so the in-flight finalizer stays. When the
+// claim is then deleted, no CreateVolume can be sent to find out (no node
+// is selected), and a Warning says what to check instead of the claim
+// staying Terminating in silence.
+func TestDeletedWithoutNodeAfterRestart(t *testing.T) {
+	const node = "node-deleted-during-restart"
+	s := newStack(t, stackConfig{
+		topology: true, nodeID: node,
+		driverArgs:  []string{"--create-latency=4s"},
+		sidecarArgs: []string{"--strict-topology", "--timeout=30s"},
+	})
+	ctx := t.Context()
+	if err := s.driver.RegisterNode(ctx, s.c); err != nil {
+		t.Fatal(err)
+	}
+	removeNode := func(ctx context.Context) {
+		_ = s.c.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+		_ = s.c.StorageV1().CSINodes().Delete(ctx, node, metav1.DeleteOptions{})
+	}
+	t.Cleanup(func() { removeNode(context.Background()) })
+	sc := s.class("wffc", waitForFirstConsumer)
+	claim := s.claim(testutil.NewPVC(s.ns, "orphan").Class(sc.Name))
+	s.selectNode(claim.Name, node)
+	s.waitCreateVolumeStarted(claim)
+	s.kill()
+	removeNode(ctx)
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "claim not sent back to the scheduler", func(ctx context.Context) (bool, error) {
+		got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+		_, selected := got.Annotations[annSelectedNode]
+		return err == nil && !selected, err
+	})
+	if got := s.getClaim(claim.Name); !inflight.Has(got) {
+		t.Fatalf("finalizers %v: the in-flight finalizer went although the killed sidecar's create may have made a volume", got.Finalizers)
+	}
+
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(s.ns, string(claim.UID), "Warning", "ProvisioningFailed",
+		"being deleted without a selected node, and a CreateVolume for it may have been in progress before this provisioner started; finalizer "+
+			inflight.Finalizer+" stays so that a volume named pvc-"+string(claim.UID)+" cannot leak")
+	vols, err := s.driver.ListVolumes(ctx)
+	if err != nil || len(vols) != 1 || vols[0].GetVolumeId() == "" {
+		t.Fatalf("driver volumes = %v, %v; want the one the killed sidecar's create made", vols, err)
+	}
+
+	// Follow the Warning.
+	if err := s.driver.DeleteVolume(ctx, vols[0].GetVolumeId()); err != nil {
+		t.Fatal(err)
+	}
+	s.updateClaim(claim.Name, func(c *corev1.PersistentVolumeClaim) { inflight.Remove(c) })
+	s.waitGone(claim.Name, "")
 }
 
 // selectNode plays the scheduler: it sets the claim's selected-node
