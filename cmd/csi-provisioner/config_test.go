@@ -60,6 +60,23 @@ func TestUpstreamFlagDefaults(t *testing.T) {
 	}
 }
 
+// TestVolumeNameUUIDLength: 0 keeps the whole UID, as upstream (it
+// truncates only for a positive length), instead of failing at start.
+func TestVolumeNameUUIDLength(t *testing.T) {
+	for _, tt := range []struct {
+		arg  string
+		want int
+	}{{"-1", -1}, {"0", -1}, {"1", 1}, {"32", 32}} {
+		c, err := parseFlags([]string{"--volume-name-uuid-length=" + tt.arg}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.uuidLength(); got != tt.want {
+			t.Errorf("--volume-name-uuid-length=%s: provisioner gets %d, want %d (what its option accepts: -1 or 1 to 32)", tt.arg, got, tt.want)
+		}
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	tests := []struct {
 		name    string
