@@ -59,6 +59,10 @@ type Binder struct {
 
 	metrics *binderMetrics
 
+	// lost remembers deleted volumes for the claims in scope only
+	// through them; see lostVolumes.
+	lost *lostVolumes
+
 	// unusedTracked is set once a claim with the Unused condition was seen:
 	// the cluster maintains it (see unused.go).
 	unusedTracked atomic.Bool
@@ -91,6 +95,7 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 		pvs:     newWriteCache[*corev1.PersistentVolume](),
 		claims:  newWriteCache[*corev1.PersistentVolumeClaim](),
 		metrics: newMetrics(),
+		lost:    newLostVolumes(cfg.clock),
 	}
 
 	switch r := cfg.recorder.(type) {

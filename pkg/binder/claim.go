@@ -218,7 +218,9 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 	}
 	pv := b.getVolume(claim.Spec.VolumeName)
 	if pv == nil {
-		if !b.classIsOurs(claim) {
+		// A claim of another class is in scope only if its volume was
+		// this driver's (see lostVolumes).
+		if !b.classIsOurs(claim) && !b.lost.boundTo(claim.Spec.VolumeName, claim.UID) {
 			return nil
 		}
 		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimLost, msgClaimLostVolume)

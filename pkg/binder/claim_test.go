@@ -589,6 +589,8 @@ func TestSyncBoundClaim(t *testing.T) {
 	c1Other := claimB("c1").Class("other").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
 	c1Finalizer := c1.DeepCopy()
 	inflight.Add(c1Finalizer)
+	c1NoClass := claimB("c1").Class("").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	pvNoClass := volumeB("pv1").Class("").BoundTo(c1NoClass).Phase(corev1.VolumeBound).Obj()
 
 	pvBound := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeBound).Obj()
 	pvProvisioned := volumeB("pv1").Class("fast").BoundTo(c1).Annotation("pv.kubernetes.io/provisioned-by", driver).Phase(corev1.VolumeBound).Obj()
@@ -629,6 +631,38 @@ func TestSyncBoundClaim(t *testing.T) {
 		{
 			name:    "3-2-1 bound claim of another provisioner whose volume is gone: out of scope",
 			objects: objs(classOther(), c1Other),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "3-2-2 bound claim of class \"\" whose volume of this driver was deleted: Lost",
+			objects: objs(c1NoClass),
+			setup:   func(f *fixture) { f.binder.onVolumeDelete(pvNoClass) },
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1NoClass)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"},
+			queued:  []string{"pvc/ns/c1"}, // by the deletion
+		},
+		{
+			name:    "3-2-3 the same when the deleted volume was another driver's: out of scope",
+			objects: objs(c1NoClass),
+			setup: func(f *fixture) {
+				f.binder.onVolumeDelete(testutil.NewPV("pv1", otherDriver).Class("").BoundTo(c1NoClass).Obj())
+			},
+			sync: "pvc/c1",
+		},
+		{
+			name:    "3-2-4 the same when the deleted volume named an older claim of the same name: out of scope",
+			objects: objs(c1NoClass),
+			setup: func(f *fixture) {
+				f.binder.onVolumeDelete(volumeB("pv1").Class("").ClaimRef(ns, "c1", "uid-older").Obj())
+			},
+			sync:   "pvc/c1",
+			queued: []string{"pvc/ns/c1"}, // by the deletion
+		},
+		{
+			name:    "3-2-5 the same when nothing recorded the deletion (after a restart): out of scope",
+			objects: objs(c1NoClass),
 			sync:    "pvc/c1",
 		},
 		{

@@ -138,6 +138,7 @@ func (b *Binder) onVolumeDelete(obj interface{}) {
 	}
 	// The claim becomes Lost quickly (5-4).
 	if pv.Spec.ClaimRef != nil {
+		b.lost.add(pv.Name, pv.Spec.ClaimRef.UID)
 		b.claimQueue.Add(claimRefKey(pv.Spec.ClaimRef))
 	}
 }

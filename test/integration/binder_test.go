@@ -379,6 +379,24 @@ func TestBinderClaimLost(t *testing.T) {
 	}
 }
 
+// TestBinderClaimLostWithoutClass: a claim of class "" that the binder
+// bound to a static volume of the driver is in scope only through that
+// volume; when the volume is deleted, the claim is still marked Lost.
+func TestBinderClaimLostWithoutClass(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	e.startBinder(binderConfig{})
+	pv := e.createPV(testutil.NewPV(e.name("pv"), e.driver).Class("").Size("3Gi"))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class("").VolumeName(pv.Name))
+	e.waitClaim(claim.Name, "Bound", isBound)
+
+	// The PV protection finalizer keeps a Bound volume; remove it anyway.
+	e.removePV(t.Context(), pv.Name)
+	e.waitPVGone(pv.Name)
+	e.waitClaimPhase(claim.Name, corev1.ClaimLost)
+	e.waitEvent(claim.UID, corev1.EventTypeWarning, "ClaimLost", "Bound claim has lost its PersistentVolume. Data on the volume is lost!")
+}
+
 // refuseProvision is a binder.ProvisionChecker that never lets the binder
 // add the in-flight finalizer (no provisioner runs in these tests).
 type refuseProvision struct{}
