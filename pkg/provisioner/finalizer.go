@@ -115,6 +115,11 @@ const (
 	// attemptReleased: nothing being in flight, the in-flight finalizer is
 	// being (or was) removed; no CreateVolume may start any more.
 	attemptReleased
+	// attemptCreated: the volume was created and its PV is being saved.
+	// Known, so that an old copy of the claim without the finalizer, still
+	// on its way from the watch, cannot make it look clean: only the PV
+	// (or the claim's end) releases it.
+	attemptCreated
 )
 
 // ledger records, per claim UID, what this process knows of its
@@ -159,6 +164,15 @@ func (l *ledger) begin(uid types.UID) bool {
 	l.states[uid] = attemptSent
 	l.peak = max(l.peak, len(l.states))
 	return true
+}
+
+// created records that the volume exists and its PV is being saved.
+func (l *ledger) created(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states[uid] != attemptReleased {
+		l.states[uid] = attemptCreated
+	}
 }
 
 // final records a final answer.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -276,6 +277,37 @@ func TestLedger(t *testing.T) {
 	l.observeClean(uid)
 	if !l.release(uid) {
 		t.Error("a claim seen clean was not released")
+	}
+
+	// After a success the volume exists until its PV is saved: a late
+	// copy of the claim without the finalizer must not make it clean.
+	const done = "done"
+	l.begin(done)
+	l.created(done)
+	l.observeClean(done)
+	if l.release(done) || l.idle(done) {
+		t.Error("a claim whose volume was created looks idle")
+	}
+}
+
+// TestCreatedVolumeKeepsClaim: after CreateVolume succeeded and before the
+// library saved the PV, an old copy of the claim without the finalizer
+// (still on its way from the watch) must not let the guard release a claim
+// being deleted: the volume exists, and only its PV records it.
+func TestCreatedVolumeKeepsClaim(t *testing.T) {
+	claim, class := newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj(), newClass().Obj()
+	h := newHarness(t, baseCaps(), objs(claim, class))
+	if pv, _, err := h.provision(claim, class); err != nil || pv == nil {
+		t.Fatalf("Provision = %v, %v; want a PV", pv, err)
+	}
+	queue := workqueue.NewTyped[string]()
+	defer queue.ShutDown()
+	h.p.enqueueClaim(queue, newClaim("c").Obj())
+	if err := h.p.guardSync(h.ctx, testNS+"/c"); err != nil {
+		t.Fatal(err)
+	}
+	if !inflight.Has(h.liveClaim(claim)) {
+		t.Error("the in-flight finalizer went before the PV of the created volume was saved")
 	}
 }
 

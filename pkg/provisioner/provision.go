@@ -183,7 +183,9 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 	}
 	p.releaseSnapshotOf(ctx, claim, pl)
 	p.topologies.drop(claim.UID)
-	p.attempts.forget(claim.UID)
+	// Not forgotten yet: the claim is forgotten once bound without the
+	// finalizer, or gone (see enqueueClaim, forgetClaim).
+	p.attempts.created(claim.UID)
 	p.node.forget(claim.UID)
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
 	return pv, controller.ProvisioningFinished, nil
