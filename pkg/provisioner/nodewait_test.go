@@ -270,6 +270,16 @@ func TestRequeueFreedCapacity(t *testing.T) {
 		h := newHarness(t, topologyCaps(), append(cluster(), claims[0], pv().NodeAffinity(keyZone, "z9").Obj()), WithNodeDeployment(nd))
 		lib := libraryOn(t, h.p)
 		h.p.node.untaken.add(newClaim("short").Obj(), declined["short"])
+		// The fake clientset's watch may start after the informer synced,
+		// and never delivers a delete from before it started (it replays
+		// only objects that exist): wait until it delivers.
+		if _, err := h.client.CoreV1().PersistentVolumes().Create(t.Context(), testutil.NewPV("barrier", "other.example.com").Obj(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 0, "the PV watch delivers", func(context.Context) (bool, error) {
+			_, err := h.factory.Core().V1().PersistentVolumes().Lister().Get("barrier")
+			return err == nil, nil
+		})
 		if err := h.client.CoreV1().PersistentVolumes().Delete(t.Context(), "pv", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
