@@ -167,7 +167,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "Timeout for every call to the CSI driver.")
 
 	fs.StringVar(&c.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix to apply to the name of a created volume.")
-	fs.IntVar(&c.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncates generated UUID of a created volume to this length (1 to 32; 0, as upstream, and the default -1 do NOT truncate).")
+	fs.IntVar(&c.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncates generated UUID of a created volume to this length (1 to 32). Defaults behavior is to NOT truncate.")
 	fs.DurationVar(&c.RetryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of failed provisioning or deletion. It doubles with each failure, up to retry-interval-max.")
 	fs.DurationVar(&c.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of failed provisioning or deletion.")
 	fs.IntVar(&c.WorkerThreads, "worker-threads", defaultWorkers, "Number of provisioner worker threads, in other words nr. of simultaneous CSI calls.")
@@ -250,23 +250,17 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 	return c, nil
 }
 
-// uuidLength is --volume-name-uuid-length for the provisioner: upstream
-// truncates only for a positive length, so 0 keeps the whole UID like -1.
-func (c *Config) uuidLength() int {
-	if c.VolumeNameUUIDLength == 0 {
-		return -1
-	}
-	return c.VolumeNameUUIDLength
-}
-
 // Validate checks the combination of settings and applies the logging
 // configuration. Errors are one line and name the flag.
 func (c *Config) Validate() error {
 	switch {
 	case c.VolumeNamePrefix == "":
 		return errors.New("--volume-name-prefix must not be empty")
-	case c.VolumeNameUUIDLength != -1 && (c.VolumeNameUUIDLength < 0 || c.VolumeNameUUIDLength > 32):
-		return fmt.Errorf("--volume-name-uuid-length must be -1 or 0 (keep the whole UID) or between 1 and 32, got %d", c.VolumeNameUUIDLength)
+	case c.VolumeNameUUIDLength == 0:
+		// Upstream accepts 0 and names every volume "<prefix>-".
+		return fmt.Errorf("--volume-name-uuid-length=0 would give every volume the same name %q: use -1 (the default) to keep the whole UID, or 1 to 32", c.VolumeNamePrefix+"-")
+	case c.VolumeNameUUIDLength != -1 && (c.VolumeNameUUIDLength < 1 || c.VolumeNameUUIDLength > 32):
+		return fmt.Errorf("--volume-name-uuid-length must be -1 (keep the whole UID) or between 1 and 32, got %d", c.VolumeNameUUIDLength)
 	case c.Timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", c.Timeout)
 	case c.CSIConnectTimeout <= 0:

@@ -60,23 +60,6 @@ func TestUpstreamFlagDefaults(t *testing.T) {
 	}
 }
 
-// TestVolumeNameUUIDLength: 0 keeps the whole UID, as upstream (it
-// truncates only for a positive length), instead of failing at start.
-func TestVolumeNameUUIDLength(t *testing.T) {
-	for _, tt := range []struct {
-		arg  string
-		want int
-	}{{"-1", -1}, {"0", -1}, {"1", 1}, {"32", 32}} {
-		c, err := parseFlags([]string{"--volume-name-uuid-length=" + tt.arg}, &bytes.Buffer{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := c.uuidLength(); got != tt.want {
-			t.Errorf("--volume-name-uuid-length=%s: provisioner gets %d, want %d (what its option accepts: -1 or 1 to 32)", tt.arg, got, tt.want)
-		}
-	}
-}
-
 func TestFlagErrors(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -88,6 +71,7 @@ func TestFlagErrors(t *testing.T) {
 		{name: "bad duration", args: []string{"--timeout=ten"}, wantErr: "timeout"},
 		{name: "uuid length over 32", args: []string{"--volume-name-uuid-length=33"}, wantErr: "--volume-name-uuid-length must be -1"},
 		{name: "negative uuid length", args: []string{"--volume-name-uuid-length=-2"}, wantErr: "--volume-name-uuid-length"},
+		{name: "uuid length 0 (upstream names every volume pvc-)", args: []string{"--volume-name-uuid-length=0"}, wantErr: `--volume-name-uuid-length=0 would give every volume the same name "pvc-"`},
 		{name: "empty prefix", args: []string{"--volume-name-prefix="}, wantErr: "--volume-name-prefix must not be empty"},
 		{name: "zero timeout", args: []string{"--timeout=0s"}, wantErr: "--timeout must be positive"},
 		{name: "no workers", args: []string{"--worker-threads=0"}, wantErr: "--worker-threads"},

@@ -97,7 +97,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 
 	provOpts := []provisioner.Option{
 		provisioner.WithVolumeNamePrefix(cfg.VolumeNamePrefix),
-		provisioner.WithVolumeNameUUIDLength(cfg.uuidLength()),
+		provisioner.WithVolumeNameUUIDLength(cfg.VolumeNameUUIDLength),
 		provisioner.WithDefaultFSType(cfg.DefaultFSType),
 		provisioner.WithExtraCreateMetadata(cfg.ExtraCreateMetadata),
 		provisioner.WithStrictTopology(cfg.StrictTopology),
