@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -242,7 +244,7 @@ func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentV
 	_, err := client.Create(ctx, ev, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var cur *corev1.Event
-		if cur, err = client.Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if cur, err = getEvent(ctx, client, name); err == nil {
 			if now.Sub(cur.LastTimestamp.Time) < events.RefreshInterval {
 				logger.V(4).Info("Another node already explained why no node takes the claim", "node", cur.Source.Host)
 				return
@@ -261,4 +263,19 @@ func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentV
 		return
 	}
 	logger.V(2).Info("No node takes the claim", "reason", message)
+}
+
+// getEvent reads the event name with a list by name: upstream's ClusterRole
+// grants list, watch, create, update and patch on events, not get.
+func getEvent(ctx context.Context, client typedcorev1.EventInterface, name string) (*corev1.Event, error) {
+	list, err := client.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == name {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("events"), name)
 }

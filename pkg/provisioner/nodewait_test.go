@@ -10,8 +10,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -111,6 +113,11 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 				})
 			}
 			h := newHarness(t, topologyCaps(), objs, WithNodeDeployment(nd), WithClock(clk))
+			// Upstream's ClusterRole, which the chart keeps, has no get
+			// on events.
+			h.client.PrependReactor("get", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(corev1.Resource("events"), "", errors.New("no get in the ClusterRole"))
+			})
 			// Each sync gets a context that ends with it, as the library's
 			// does with its ProvisionTimeout option: the explanation
 			// after the grace period must not depend on it.
