@@ -10,6 +10,7 @@ import (
 	"time"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as upstream
@@ -283,8 +284,10 @@ func (c *Config) Validate() error {
 		return errors.New("only one of --http-endpoint and --metrics-address can be set")
 	case c.EnablePprof && c.HTTPEndpoint == "":
 		return errors.New("--enable-pprof needs --http-endpoint")
-	case c.LeaderElection && (c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline || c.LeaderElectionRenewDeadline <= c.LeaderElectionRetryPeriod):
-		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > --leader-election-retry-period (%s)",
+	case c.LeaderElection && (c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
+		c.LeaderElectionRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
+		// client-go's own checks, which would otherwise panic after start.
+		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
 	case !strings.HasPrefix(c.MetricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)

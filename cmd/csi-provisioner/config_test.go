@@ -80,6 +80,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "both endpoints", args: []string{"--http-endpoint=:8080", "--metrics-address=:8081"}, wantErr: "only one of --http-endpoint and --metrics-address"},
 		{name: "pprof without endpoint", args: []string{"--enable-pprof"}, wantErr: "--enable-pprof needs --http-endpoint"},
 		{name: "lease shorter than renew", args: []string{"--leader-election", "--leader-election-lease-duration=5s"}, wantErr: "leader election needs"},
+		{name: "renew within client-go's jitter of the retry period", args: []string{"--leader-election", "--leader-election-retry-period=9s"}, wantErr: "leader election needs"},
+		{name: "zero retry period", args: []string{"--leader-election", "--leader-election-retry-period=0s"}, wantErr: "leader election needs"},
 		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
 		{name: "locked gate", args: []string{"--feature-gates=Topology=false"}, wantErr: "Topology"},
 		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},

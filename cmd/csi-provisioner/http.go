@@ -86,7 +86,10 @@ func startHTTP(ctx context.Context, cfg *Config, health *health) (*httpServer, e
 // process, Go, client-go and workqueue metrics of the legacy registry.
 func (s *httpServer) serveMetrics(cfg *Config, mm metrics.CSIMetricsManager) {
 	gatherers := prometheus.Gatherers{legacyregistry.DefaultGatherer, mm.GetRegistry(), s.libRegistry, s.kubeRegistry}
-	s.metricsMux.Handle(cfg.MetricsPath, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	// As upstream, the handler counts its own requests
+	// (promhttp_metric_handler_requests_total, _requests_in_flight).
+	s.metricsMux.Handle(cfg.MetricsPath, promhttp.InstrumentMetricHandler(s.libRegistry,
+		promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})))
 }
 
 // health is the /readyz check: every registered check must pass. A check

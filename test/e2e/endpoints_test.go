@@ -56,6 +56,7 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 		`csi_provisioner_binder_bound_pvc_count{storage_class="` + sc.Name + `"} 1`,
 		`workqueue_adds_total{name="claims"}`,
 		`rest_client_requests_total`,
+		`promhttp_metric_handler_requests_total{code="200"}`, // from the second scrape on
 	}
 	waitMetrics(t, endpoint, want)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
