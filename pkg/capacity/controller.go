@@ -491,6 +491,13 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 	obj := current.DeepCopy()
 	obj.Capacity, obj.MaximumVolumeSize = capacity, maxSize
 	if !c.hasOwner(obj) {
+		// Ours replaces another controller reference (an earlier
+		// ReplicaSet of the Deployment, say): an object may have only one,
+		// and the API server refuses a second. Upstream appends, and then
+		// never updates the object again.
+		obj.OwnerReferences = slices.DeleteFunc(obj.OwnerReferences, func(r metav1.OwnerReference) bool {
+			return r.Controller != nil && *r.Controller
+		})
 		obj.OwnerReferences = append(obj.OwnerReferences, *c.cfg.owner)
 	}
 	updated, err := c.client.StorageV1().CSIStorageCapacities(c.namespace).Update(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})

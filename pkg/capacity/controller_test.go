@@ -55,6 +55,7 @@ func TestSync(t *testing.T) {
 	base := objects(one(wffc("fast")), zoneNode("n1", "a"), zoneNode("n2", "a"), zoneNode("n3", "b"))
 	ka, kb := itemKey("fast", zone("a")), itemKey("fast", zone("b"))
 	otherOwner := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "other", UID: "uid-other"}
+	oldController := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "csi-provisioner-1", UID: "uid-rs-1", Controller: ptr.To(true)}
 	conflict := apierrors.NewConflict(schema.GroupResource{Group: "storage.k8s.io", Resource: "csistoragecapacities"}, "csisc-old", errors.New("changed"))
 	errDriver := errors.New("driver unavailable")
 	matchExpr := func(o *storagev1.CSIStorageCapacity) {
@@ -150,6 +151,15 @@ func TestSync(t *testing.T) {
 		{
 			name:      "missing owner is added, other owners kept",
 			objs:      objects(base, one(csc("csisc-old", "fast", "a", gi(100), withOwners(otherOwner)))),
+			opts:      []Option{WithOwner(&testOwner)},
+			driver:    &fakeDriver{available: gi(100)},
+			keys:      []string{ka},
+			want:      []write{{Verb: "update", Name: "csisc-old", Obj: csc("csisc-old", "fast", "a", gi(100), withOwners(otherOwner, testOwner))}},
+			wantCalls: 1,
+		},
+		{
+			name:      "another controller (an earlier ReplicaSet) is replaced: the API server allows one",
+			objs:      objects(base, one(csc("csisc-old", "fast", "a", gi(100), withOwners(otherOwner, oldController)))),
 			opts:      []Option{WithOwner(&testOwner)},
 			driver:    &fakeDriver{available: gi(100)},
 			keys:      []string{ka},
