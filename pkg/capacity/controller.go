@@ -259,21 +259,34 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 }
 
 // managedByValue is the managed-by label of the objects: upstream's
-// "external-provisioner", or "external-provisioner-<node>" in node
-// deployment. A label value has at most 63 characters; a longer one keeps
-// its start and ends with a hash of the node name, so that it stays unique.
+// "external-provisioner", or in node deployment "external-provisioner-<node>"
+// shortened exactly as upstream shortens it (its getNameWithMaxLength), so
+// that each of the two finds the other's objects after a switch: a label
+// value has at most 63 characters, so a longer value keeps the node name
+// whole behind the start of "external-provisioner" and that name's hash;
+// for a node name too long for that, the value is "external-provisioner-"
+// and a hash of the full value.
 func managedByValue(node string) string {
 	if node == "" {
 		return managedBy
 	}
 	v := managedBy + "-" + node
-	if len(v) <= validation.LabelValueMaxLength {
+	const maxLen = validation.LabelValueMaxLength
+	if len(v) <= maxLen {
 		return v
 	}
+	if keep := maxLen - len("-01234567-") - len(node); keep > 0 {
+		return managedBy[:keep] + "-" + fnvHex(managedBy) + "-" + node
+	}
+	short := managedBy + "-" + fnvHex(v)
+	return short[:min(maxLen, len(short))]
+}
+
+// fnvHex is the 32-bit FNV-1a hash of s in 8 hexadecimal digits.
+func fnvHex(s string) string {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(node))
-	suffix := fmt.Sprintf("-%08x", h.Sum32())
-	return strings.TrimRight(v[:validation.LabelValueMaxLength-len(suffix)], "-_.") + suffix
+	_, _ = h.Write([]byte(s))
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 // indexObjectByItem indexes CSIStorageCapacity objects by the key of the

@@ -184,6 +184,10 @@ func TestManagedByValue(t *testing.T) {
 	}{
 		{node: "", want: "external-provisioner"},
 		{node: "worker-1", want: "external-provisioner-worker-1"},
+		// Upstream v6.3.0's values for the same node names.
+		{node: "ip-10-0-12-34.eu-central-1.compute.internal", want: "external-p-53f40b57-ip-10-0-12-34.eu-central-1.compute.internal"},
+		{node: "n2345678901234567890123456789012345678901234567890123", want: "external-provisioner-ad0ed270"},
+		{node: "a-very-long-node-name-that-is-longer-than-fifty-two-characters.example.com", want: "external-provisioner-cf8833b9"},
 	}
 	for _, tt := range tests {
 		if got := managedByValue(tt.node); got != tt.want {
