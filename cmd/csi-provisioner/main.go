@@ -31,7 +31,9 @@ func main() {
 }
 
 // run returns the process exit code: 0 on a clean stop, 1 when the sidecar
-// fails at run time, 2 for bad flags.
+// fails at run time, 2 for bad flags. With --leader-election, csi-lib-utils
+// ends the process itself, with status 1, once the election ends (also
+// after a clean stop), as upstream's.
 func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {

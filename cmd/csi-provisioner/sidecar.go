@@ -64,12 +64,26 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("create VolumeSnapshot client: %w", err)
 	}
 	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{Supersedes: supersededEvents})
-	// Every return stops the writer and waits for it, so that the events
-	// of the last moments are written (for up to its drain timeout).
-	ctx, stop := context.WithCancel(ctx)
+	// The event writer and broadcasters outlive the stop signal: the
+	// controllers stop first, then finish hands what they recorded to the
+	// writer and lets it write what is queued (for up to its drain
+	// timeout). Every return runs finish; with leader election, whose end
+	// exits the process, the leader runs it before it lets the Lease go.
+	keep := context.WithoutCancel(ctx)
+	writerCtx, stopWriter := context.WithCancel(keep)
 	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); writer.Run(ctx) }()
-	defer func() { stop(); <-writerDone }()
+	go func() { defer close(writerDone); writer.Run(writerCtx) }()
+	var broadcaster record.EventBroadcaster
+	finish := sync.OnceFunc(func() {
+		if broadcaster != nil {
+			broadcaster.Shutdown() // delivers what it has queued
+		}
+		stopWriter()
+		<-writerDone
+	})
+	defer finish()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	client := newEventSplitClient(main, eventClient, writer)
 
 	health := newHealth()
@@ -91,8 +105,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(cachetrim.New().Transform))
-	broadcaster := newBroadcaster(ctx, client)
-	defer broadcaster.Shutdown()
+	broadcaster = newBroadcaster(keep, client)
 	recorder := newRecorder(broadcaster, "external-provisioner")
 
 	provOpts := []provisioner.Option{
@@ -128,7 +141,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		return err
 	}
 
-	lib := newProvisionController(ctx, cfg, client, driverName, inTree, prov, factory, srv)
+	lib := newProvisionController(keep, cfg, client, driverName, inTree, prov, factory, srv) // its event broadcaster outlives the signal too
 
 	var bnd *binder.Binder
 	if cfg.EnableBinder {
@@ -183,11 +196,10 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	}
 
 	logger.Info("Running", "driver", driverName, "binder", cfg.EnableBinder, "leaderElection", cfg.LeaderElection)
-	if !cfg.LeaderElection {
-		run(ctx)
-	} else if err := runWithLeaderElection(ctx, cfg, restCfg, driverName, srv, run); err != nil {
-		return err
+	if cfg.LeaderElection {
+		return runWithLeaderElection(ctx, cfg, restCfg, driverName, srv, run, finish)
 	}
+	run(ctx)
 	logger.Info("Stopped")
 	return nil
 }
@@ -375,7 +387,13 @@ func newRecorder(b record.EventBroadcaster, component string) record.EventRecord
 // the host name plus a unique suffix, so that two replicas on one host (or
 // a restarted process) never mistake each other's lease for their own.
 // Losing the lease ends the process, as upstream.
-func runWithLeaderElection(ctx context.Context, cfg *Config, restCfg *rest.Config, driverName string, srv *httpServer, run func(context.Context)) error {
+//
+// When ctx ends (SIGTERM), the leader stops run's controllers, runs finish
+// (the queued events are written) and only then ends the election, which
+// releases the Lease with ReleaseLeaderElectionOnExit; a process that does
+// not lead ends it at once. csi-lib-utils then exits the process with
+// status 1, as upstream's does: this function returns only on an error.
+func runWithLeaderElection(ctx context.Context, cfg *Config, restCfg *rest.Config, driverName string, srv *httpServer, run func(context.Context), finish func()) error {
 	leClient, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("create the leader election client: %w", err)
@@ -384,7 +402,35 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, restCfg *rest.Confi
 	if err != nil {
 		return fmt.Errorf("leader election identity: %w", err)
 	}
-	le := leaderelection.NewLeaderElection(leClient, driverName, run)
+	// The election's own context ends after the leader's work, not with ctx.
+	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var mu sync.Mutex
+	leading := false
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !leading {
+			endElection()
+		}
+	})
+	defer stopWatch()
+	lead := func(leaderCtx context.Context) {
+		mu.Lock()
+		leading = true
+		mu.Unlock()
+		runCtx, cancel := context.WithCancel(leaderCtx)
+		defer cancel()
+		stopRun := context.AfterFunc(ctx, cancel)
+		defer stopRun()
+		run(runCtx)
+		if ctx.Err() != nil {
+			klog.FromContext(ctx).Info("Stopped")
+			finish()
+			endElection()
+		}
+	}
+	le := leaderelection.NewLeaderElection(leClient, driverName, lead)
 	le.WithIdentity(host + "_" + string(uuid.NewUUID()))
 	if cfg.HTTPEndpoint != "" {
 		le.PrepareHealthCheck(srv.mux, leaderelection.DefaultHealthCheckTimeout)
@@ -398,7 +444,7 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, restCfg *rest.Confi
 	le.WithLeaseDuration(cfg.LeaderElectionLeaseDuration)
 	le.WithRenewDeadline(cfg.LeaderElectionRenewDeadline)
 	le.WithRetryPeriod(cfg.LeaderElectionRetryPeriod)
-	le.WithContext(ctx)
+	le.WithContext(electionCtx)
 	if cfg.FeatureGates.Enabled(FeatureReleaseLeaderElectionOnExit) {
 		le.WithReleaseOnCancel(true)
 	}
