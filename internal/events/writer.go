@@ -153,11 +153,13 @@ func (q queued) PatchWithEventNamespaceWithContext(_ context.Context, e *corev1.
 	return e, nil
 }
 
-// enqueue never blocks: a write that does not fit is dropped and logged.
+// enqueue never blocks: a write that does not fit is dropped and logged,
+// and then supersedes nothing.
 func (w *Writer) enqueue(wr write) {
-	w.supersede(&wr)
+	w.track(&wr)
 	select {
 	case w.queues[w.shard(wr.event)] <- wr:
+		w.supersede(wr.event)
 	default:
 		w.done(wr)
 		e := wr.event
@@ -222,27 +224,32 @@ func (w *Writer) drain(ctx context.Context, q chan write) {
 	}
 }
 
-// supersede marks the waiting write wr's event makes redundant, and makes
-// wr one a later event may supersede if its reason is superseded by any.
-func (w *Writer) supersede(wr *write) {
-	e := wr.event
-	earlier, supersedes := w.opts.Supersedes[e.Reason]
-	if !supersedes && !w.supersedable[e.Reason] {
+// track records wr, if its reason can be superseded, as waiting, so that
+// a later event can mark it unwritten.
+func (w *Writer) track(wr *write) {
+	if !w.supersedable[wr.event.Reason] {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if supersedes {
-		k := keyOf(e, earlier)
-		if flag := w.waiting[k]; flag != nil {
-			flag.Store(true)
-			delete(w.waiting, k)
-			klog.Background().V(5).Info("Event superseded before it was written", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", earlier, "by", e.Reason)
-		}
+	wr.superseded = &atomic.Bool{}
+	w.waiting[keyOf(wr.event, wr.event.Reason)] = wr.superseded
+}
+
+// supersede marks the waiting write that e supersedes (Supersedes), if
+// any, as not to be written. It runs once e is queued.
+func (w *Writer) supersede(e *corev1.Event) {
+	earlier, supersedes := w.opts.Supersedes[e.Reason]
+	if !supersedes {
+		return
 	}
-	if w.supersedable[e.Reason] {
-		wr.superseded = &atomic.Bool{}
-		w.waiting[keyOf(e, e.Reason)] = wr.superseded
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := keyOf(e, earlier)
+	if flag := w.waiting[k]; flag != nil {
+		flag.Store(true)
+		delete(w.waiting, k)
+		klog.Background().V(5).Info("Event superseded before it was written", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "reason", earlier, "by", e.Reason)
 	}
 }
 

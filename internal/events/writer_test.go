@@ -276,7 +276,9 @@ func TestWriterSupersedes(t *testing.T) {
 		// are then created one at a time, each after the one before is
 		// written.
 		queued, written [][2]string
-		want            []string
+		// queueLength is each worker's queue length, 0 for the default.
+		queueLength int
+		want        []string
 	}{
 		{
 			name:   "waiting event superseded",
@@ -294,6 +296,12 @@ func TestWriterSupersedes(t *testing.T) {
 			want:    []string{"a/Provisioning", "a/ProvisioningSucceeded"},
 		},
 		{
+			name:        "a dropped event (the queue is full) supersedes nothing",
+			queued:      [][2]string{{"a", "Provisioning"}, {"a", "ProvisioningSucceeded"}},
+			queueLength: 1,
+			want:        []string{"a/Provisioning"},
+		},
+		{
 			name:   "superseded only once",
 			queued: [][2]string{{"a", "Provisioning"}, {"a", "ProvisioningSucceeded"}, {"a", "ProvisioningSucceeded"}},
 			want:   []string{"a/ProvisioningSucceeded", "a/ProvisioningSucceeded"},
@@ -301,7 +309,9 @@ func TestWriterSupersedes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := &apiEvents{}
-			w := NewWriter(api, opts)
+			o := opts
+			o.QueueLength = tc.queueLength
+			w := NewWriter(api, o)
 			sink := w.Wrap(api)
 			for _, q := range tc.queued {
 				_, _ = sink.CreateWithEventNamespaceWithContext(t.Context(), ev(q[0], q[1]))
