@@ -193,7 +193,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.HTTPEndpoint, "http-endpoint", "", "The TCP network address where the HTTP server for diagnostics, including metrics, leader election health check and readiness (/readyz), will listen (example: `:8080`). The default is empty string, which means the server is disabled.")
 	fs.StringVar(&c.MetricsAddress, "metrics-address", "", "(deprecated) The TCP network address where the prometheus metrics endpoint will listen (example: `:8080`). The default is empty string, which means metrics endpoint is disabled. Only one of `--metrics-address` and `--http-endpoint` can be set.")
 	fs.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "The HTTP path where prometheus metrics will be exposed. Default is `/metrics`.")
-	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "Enable pprof profiling on the TCP network address specified by --http-endpoint. The HTTP path is `/debug/pprof/`.")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "Enable pprof profiling on the TCP network address specified by --http-endpoint (or --metrics-address). The HTTP path is `/debug/pprof/`.")
 	fs.BoolVar(&c.EnablePprof, "enable-profiling", false, "Alias of --enable-pprof.")
 
 	fs.IntVar(&c.CloningProtectionThreads, "cloning-protection-threads", 1, "Number of simultaneously running threads, handling cloning finalizer removal.")
@@ -282,8 +282,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--kube-api-qps (%v) must be positive and --kube-api-burst (%d) at least 1", c.KubeAPIQPS, c.KubeAPIBurst)
 	case c.HTTPEndpoint != "" && c.MetricsAddress != "":
 		return errors.New("only one of --http-endpoint and --metrics-address can be set")
-	case c.EnablePprof && c.HTTPEndpoint == "":
-		return errors.New("--enable-pprof needs --http-endpoint")
 	case c.LeaderElection && (c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
 		c.LeaderElectionRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
 		// client-go's own checks, which would otherwise panic after start.

@@ -78,7 +78,6 @@ func TestFlagErrors(t *testing.T) {
 		{name: "no cloning protection workers", args: []string{"--cloning-protection-threads=0"}, wantErr: "--cloning-protection-threads must be at least 1"},
 		{name: "negative snapshot sweep interval", args: []string{"--snapshot-orphan-sweep-interval=-1s"}, wantErr: "--snapshot-orphan-sweep-interval must not be negative"},
 		{name: "both endpoints", args: []string{"--http-endpoint=:8080", "--metrics-address=:8081"}, wantErr: "only one of --http-endpoint and --metrics-address"},
-		{name: "pprof without endpoint", args: []string{"--enable-pprof"}, wantErr: "--enable-pprof needs --http-endpoint"},
 		{name: "lease shorter than renew", args: []string{"--leader-election", "--leader-election-lease-duration=5s"}, wantErr: "leader election needs"},
 		{name: "renew within client-go's jitter of the retry period", args: []string{"--leader-election", "--leader-election-retry-period=9s"}, wantErr: "leader election needs"},
 		{name: "zero retry period", args: []string{"--leader-election", "--leader-election-retry-period=0s"}, wantErr: "leader election needs"},

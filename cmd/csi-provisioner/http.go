@@ -47,17 +47,20 @@ func startHTTP(ctx context.Context, cfg *Config, health *health) (*httpServer, e
 		addr = cfg.MetricsAddress
 	}
 	if addr == "" {
+		if cfg.EnablePprof {
+			klog.FromContext(ctx).Info("--enable-pprof has no effect without --http-endpoint or --metrics-address (as upstream)")
+		}
 		return s, nil
 	}
 	if cfg.HTTPEndpoint != "" {
 		s.mux.Handle("/readyz", health)
-		if cfg.EnablePprof {
-			s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-			s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-			s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		}
+	}
+	if cfg.EnablePprof { // on either address, as upstream
+		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

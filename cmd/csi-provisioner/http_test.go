@@ -64,3 +64,30 @@ func TestAwaitCachesCanceled(t *testing.T) {
 		t.Error("awaitCaches = true with ctx done and caches never synced")
 	}
 }
+
+// TestPprofOnEitherAddress: --enable-pprof serves /debug/pprof/ on
+// --metrics-address too, as upstream; /readyz stays --http-endpoint's.
+func TestPprofOnEitherAddress(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		cfg        Config
+		wantReadyz int
+	}{
+		{"--http-endpoint", Config{HTTPEndpoint: "127.0.0.1:0", EnablePprof: true, MetricsPath: "/metrics"}, http.StatusServiceUnavailable},
+		{"--metrics-address", Config{MetricsAddress: "127.0.0.1:0", EnablePprof: true, MetricsPath: "/metrics"}, http.StatusNotFound},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := startHTTP(t.Context(), &tt.cfg, newHealth())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for path, want := range map[string]int{"/debug/pprof/": http.StatusOK, "/readyz": tt.wantReadyz} {
+				rec := httptest.NewRecorder()
+				s.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != want {
+					t.Errorf("%s: status %d, want %d", path, rec.Code, want)
+				}
+			}
+		})
+	}
+}
