@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/component-base/featuregate"
@@ -356,18 +357,25 @@ func (m *stringMap) String() string {
 	return strings.Join(parts, ",")
 }
 
+// Set adds the labels of value; a repeated flag adds to the earlier ones,
+// as csi-lib-utils' flag does. Each item is one key:value label, checked
+// here rather than when the Lease is written.
 func (m *stringMap) Set(value string) error {
-	out := map[string]string{}
+	if *m == nil {
+		*m = stringMap{}
+	}
 	for _, pair := range strings.Split(value, ",") {
 		if pair == "" {
 			continue
 		}
 		k, v, ok := strings.Cut(pair, ":")
-		if !ok || k == "" {
+		if !ok || k == "" || strings.Contains(v, ":") {
 			return fmt.Errorf("%q is not key:value", pair)
 		}
-		out[k] = v
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return fmt.Errorf("%q is not a valid label: %s", pair, strings.Join(errs, "; "))
+		}
+		(*m)[k] = v
 	}
-	*m = out
 	return nil
 }

@@ -85,6 +85,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "locked gate", args: []string{"--feature-gates=Topology=false"}, wantErr: "Topology"},
 		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},
 		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
+		{name: "label with two colons", args: []string{"--leader-election-labels=a:b:c"}, wantErr: `"a:b:c" is not key:value`},
+		{name: "invalid label value", args: []string{"--leader-election-labels=a:b c"}, wantErr: `"a:b c" is not a valid label`},
 		{name: "bad logging format", args: []string{"--logging-format=xml"}, wantErr: "logging"},
 		{name: "retry start above max", args: []string{"--retry-interval-start=10m"}, wantErr: "--retry-interval-start"},
 		{name: "tcp csi address", args: []string{"--csi-address=tcp://127.0.0.1:10000"}, wantErr: "--csi-address: CSI driver at \"tcp://127.0.0.1:10000\": the CSI endpoint must be a unix domain socket"},
@@ -133,7 +135,8 @@ func TestVersionAndHelp(t *testing.T) {
 }
 
 func TestLeaderElectionLabels(t *testing.T) {
-	c, err := parseFlags([]string{"--leader-election-labels=a:b,c:d"}, &bytes.Buffer{})
+	// A repeated flag adds to the earlier labels, as csi-lib-utils' does.
+	c, err := parseFlags([]string{"--leader-election-labels=a:b", "--leader-election-labels=c:d"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
