@@ -122,6 +122,11 @@ const (
 	attemptCreated
 )
 
+// idle reports whether nothing can be in flight in state s: the last
+// CreateVolume got a final answer, or none was sent since the claim was
+// seen without the finalizer.
+func (s attemptState) idle() bool { return s == attemptFinal || s == attemptClean }
+
 // ledger records, per claim UID, what this process knows of its
 // CreateVolume calls, so that a claim whose create is known to be over (or
 // never started) can be released without another CreateVolume, and so
@@ -191,7 +196,7 @@ func (l *ledger) final(uid types.UID) {
 func (l *ledger) release(uid types.UID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if s := l.states[uid]; s != attemptFinal && s != attemptClean {
+	if !l.states[uid].idle() {
 		return false
 	}
 	l.states[uid] = attemptReleased
@@ -203,8 +208,7 @@ func (l *ledger) release(uid types.UID) bool {
 func (l *ledger) idle(uid types.UID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.states[uid]
-	return s == attemptFinal || s == attemptClean
+	return l.states[uid].idle()
 }
 
 // unknown reports whether this process knows nothing of the claim's
