@@ -7,7 +7,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -56,10 +55,7 @@ func TestClone(t *testing.T) {
 	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), small.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 0, "the source stayed after its last pending clone went", func(ctx context.Context) (bool, error) {
-		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, src.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), ignoreNotFound(err)
-	})
+	s.waitClaimGone(src.Name, "the source stayed after its last pending clone went")
 	s.deleteAndWaitGone(clone.Name, clonePV.Name)
 }
 
@@ -111,10 +107,7 @@ func TestCloneSourceIgnoredByDriver(t *testing.T) {
 	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), clone.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 0, "the clone was not deleted", func(ctx context.Context) (bool, error) {
-		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, clone.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), ignoreNotFound(err)
-	})
+	s.waitClaimGone(clone.Name, "the clone was not deleted")
 	// Only the source's volume is left, and it goes with its claim.
 	s.deleteAndWaitGone(src.Name, srcPV.Name)
 }

@@ -179,10 +179,7 @@ func (s *stack) deleteAndWaitGone(name, pvName string) {
 
 func (s *stack) waitGone(name, pvName string) {
 	s.t.Helper()
-	testutil.Eventually(s.t, 0, "claim "+name+" not deleted", func(ctx context.Context) (bool, error) {
-		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), ignoreNotFound(err)
-	})
+	s.waitClaimGone(name, "claim "+name+" not deleted")
 	if pvName != "" {
 		testutil.Eventually(s.t, 0, "PV "+pvName+" not deleted", func(ctx context.Context) (bool, error) {
 			_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
@@ -192,6 +189,16 @@ func (s *stack) waitGone(name, pvName string) {
 	testutil.Eventually(s.t, 0, "the driver still has volumes", func(ctx context.Context) (bool, error) {
 		vols, err := s.driver.ListVolumes(ctx)
 		return len(vols) == 0, err
+	})
+}
+
+// waitClaimGone waits until the claim of the stack's namespace is gone,
+// failing with what if it never goes.
+func (s *stack) waitClaimGone(name, what string) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 0, what, func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
 	})
 }
 
