@@ -119,6 +119,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		provisioner.WithEventRecorder(recorder),
 		provisioner.WithBinderEnabled(cfg.EnableBinder),
 		provisioner.WithVolumeAttributesClass(cfg.FeatureGates.Enabled(FeatureVolumeAttributesClass)),
+		provisioner.WithVolumeAttributesClassesServed(volumeAttributesClassesServed(ctx, cfg.FeatureGates, main.Discovery())),
 		provisioner.WithSnapshotClient(snapshots),
 		provisioner.WithPreventVolumeModeConversion(cfg.PreventVolumeModeConversion),
 	}

@@ -58,7 +58,10 @@ type config struct {
 	recorder                  record.EventRecorder
 	binderEnabled             bool
 	volumeAttributesClass     bool
-	clock                     clock.Clock
+	// vacUnserved says the API server does not serve storage.k8s.io/v1
+	// VolumeAttributesClasses (WithVolumeAttributesClassesServed).
+	vacUnserved bool
+	clock       clock.Clock
 	// snapshots is the snapshot API client; nil refuses restores.
 	snapshots snapclient.Interface
 	// snapshotInf is set by WithSnapshotInformer; nil without.
@@ -198,6 +201,15 @@ func WithBinderEnabled(on bool) Option {
 // ignored.
 func WithVolumeAttributesClass(on bool) Option {
 	return func(c *config) { c.volumeAttributesClass = on }
+}
+
+// WithVolumeAttributesClassesServed says whether the API server serves
+// storage.k8s.io/v1 VolumeAttributesClasses (default true; Kubernetes
+// before v1.34 serves v1beta1 at most). With false and the gate on, a claim
+// that names a class is refused with a message that says so, not with the
+// API server's "could not find the requested resource".
+func WithVolumeAttributesClassesServed(served bool) Option {
+	return func(c *config) { c.vacUnserved = !served }
 }
 
 // WithClock replaces the real clock (tests). It is used for the default

@@ -104,6 +104,10 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 	if p.cfg.volumeAttributesClass && claim.Spec.VolumeAttributesClassName != nil {
 		vacName = *claim.Spec.VolumeAttributesClassName
 	}
+	// Before the capability check: no driver helps with that.
+	if vacName != "" && p.cfg.vacUnserved {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("VolumeAttributesClass %q cannot be read: the API server does not serve storage.k8s.io/v1 VolumeAttributesClasses (Kubernetes before v1.34 serves v1beta1 at most); create the claim without volumeAttributesClassName", vacName)
+	}
 	if err := p.checkCapabilities(vacName != ""); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}

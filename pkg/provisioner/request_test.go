@@ -371,6 +371,7 @@ func TestVolumeAttributesClass(t *testing.T) {
 		name        string
 		caps        func(*csiclient.Capabilities)
 		gate        bool
+		unserved    bool // the API server serves no storage.k8s.io/v1 classes
 		vacs        []*storagev1.VolumeAttributesClass
 		wantState   controller.ProvisioningState
 		wantErr     string
@@ -400,6 +401,12 @@ func TestVolumeAttributesClass(t *testing.T) {
 			wantErr:   "VAC gold referenced in PVC is for driver other.example.com which does not match driver name " + testDriver,
 		},
 		{name: "gate off ignores the class", gate: false, wantState: controller.ProvisioningFinished},
+		{
+			name: "v1 not served (before v1.34)", caps: modify, gate: true, unserved: true,
+			wantState: controller.ProvisioningFinished,
+			wantErr:   `VolumeAttributesClass "gold" cannot be read: the API server does not serve storage.k8s.io/v1 VolumeAttributesClasses`,
+		},
+		{name: "v1 not served, gate off", gate: false, unserved: true, wantState: controller.ProvisioningFinished},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,7 +420,7 @@ func TestVolumeAttributesClass(t *testing.T) {
 			for _, v := range tt.vacs {
 				o = append(o, v)
 			}
-			h := newHarness(t, caps, o, WithVolumeAttributesClass(tt.gate))
+			h := newHarness(t, caps, o, WithVolumeAttributesClass(tt.gate), WithVolumeAttributesClassesServed(!tt.unserved))
 			pv, state, err := h.provision(claim, class)
 			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
 				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)

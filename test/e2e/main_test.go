@@ -62,6 +62,8 @@ type stackConfig struct {
 	// beforeSidecar runs after the namespace and the driver exist, before
 	// the sidecar starts.
 	beforeSidecar func(*stack)
+	// controlPlane replaces the shared one.
+	controlPlane *controlplane.ControlPlane
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -69,7 +71,10 @@ var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
 // newStack starts a hostpath driver named after the test and a sidecar for it.
 func newStack(t *testing.T, cfg stackConfig) *stack {
 	t.Helper()
-	cp := controlplane.Need(t, shared)
+	cp := cfg.controlPlane
+	if cp == nil {
+		cp = controlplane.Need(t, shared)
+	}
 	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
