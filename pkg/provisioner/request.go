@@ -100,13 +100,9 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 			return nil, controller.ProvisioningFinished, errNoSnapshotClient
 		}
 	}
-	var vacName string
-	if p.cfg.volumeAttributesClass && claim.Spec.VolumeAttributesClassName != nil {
-		vacName = *claim.Spec.VolumeAttributesClassName
-	}
-	// Before the capability check: no driver helps with that.
-	if vacName != "" && p.cfg.vacUnserved {
-		return nil, controller.ProvisioningFinished, fmt.Errorf("VolumeAttributesClass %q cannot be read: the API server does not serve storage.k8s.io/v1 VolumeAttributesClasses (Kubernetes before v1.34 serves v1beta1 at most); create the claim without volumeAttributesClassName", vacName)
+	vacName, err := p.attributesClassOf(claim)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
 	}
 	if err := p.checkCapabilities(vacName != ""); err != nil {
 		return nil, controller.ProvisioningFinished, err
@@ -306,6 +302,21 @@ func (p *Provisioner) checkGrant(claim *corev1.PersistentVolumeClaim, ref source
 		return fmt.Errorf("accessing %s/%s of %s dataSource from %s/%s isn't allowed", ref.namespace, ref.name, ref.kind, claim.Namespace, claim.Name)
 	}
 	return nil
+}
+
+// attributesClassOf returns the VolumeAttributesClass the claim names, ""
+// for none or with the gate off. It fails, before the capability check
+// since no driver helps with that, when the API server does not serve the
+// classes.
+func (p *Provisioner) attributesClassOf(claim *corev1.PersistentVolumeClaim) (string, error) {
+	if !p.cfg.volumeAttributesClass || claim.Spec.VolumeAttributesClassName == nil || *claim.Spec.VolumeAttributesClassName == "" {
+		return "", nil
+	}
+	name := *claim.Spec.VolumeAttributesClassName
+	if p.cfg.vacUnserved {
+		return "", fmt.Errorf("VolumeAttributesClass %q cannot be read: the API server does not serve storage.k8s.io/v1 VolumeAttributesClasses (Kubernetes before v1.34 serves v1beta1 at most); create the claim without volumeAttributesClassName", name)
+	}
+	return name, nil
 }
 
 // checkCapabilities fails when the driver cannot serve the request at all;
