@@ -128,7 +128,7 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	if available := d.cfg.CapacityBytes - d.usedBytesLocked(); size > available {
+	if available := d.availableBytesLocked(); size > available {
 		return nil, status.Errorf(codes.ResourceExhausted, "not enough capacity: %d bytes requested, %d of %d bytes available", size, available, d.cfg.CapacityBytes)
 	}
 	v := &state.Volume{
@@ -282,6 +282,14 @@ func (d *Driver) csiVolume(v *state.Volume) *csi.Volume {
 }
 
 func (d *Driver) usedBytesLocked() int64 { return d.usedBytes }
+
+// availableBytesLocked is the capacity not yet handed out, never negative:
+// volumes may use more than the capacity after a restart with a smaller
+// --capacity, and CSI forbids a negative available_capacity (the API
+// server refuses a CSIStorageCapacity with one).
+func (d *Driver) availableBytesLocked() int64 {
+	return max(d.cfg.CapacityBytes-d.usedBytesLocked(), 0)
+}
 
 // addVolumeLocked records v in the state, the name index and the used bytes.
 func (d *Driver) addVolumeLocked(v *state.Volume) {
@@ -498,7 +506,7 @@ func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*c
 		}
 	}
 	d.mu.Lock()
-	available := d.cfg.CapacityBytes - d.usedBytesLocked()
+	available := d.availableBytesLocked()
 	d.mu.Unlock()
 	return &csi.GetCapacityResponse{
 		AvailableCapacity: available,

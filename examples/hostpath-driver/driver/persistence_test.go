@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -95,5 +96,32 @@ func TestDirStateSurvivesRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "volumes", someID)); !os.IsNotExist(err) {
 		t.Errorf("the deleted volume's directory still exists (%v)", err)
+	}
+}
+
+// TestCapacityShrunkOnRestart restarts a dir driver with a --capacity
+// smaller than what its volumes already use. GetCapacity must then report
+// 0, never a negative size: the CSI spec forbids a negative
+// available_capacity, and the API server refuses a CSIStorageCapacity
+// with one, so capacity tracking would stop.
+func TestCapacityShrunkOnRestart(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	first := newTestDriver(t, func(c *Config) { c.Backend, c.Root, c.CapacityBytes = BackendDir, root, 10*gi })
+	mustCreate(t, first, createReq("a", 4*gi))
+	mustCreate(t, first, createReq("b", 4*gi))
+	_ = first.Close()
+
+	second := newTestDriver(t, func(c *Config) { c.Backend, c.Root, c.CapacityBytes = BackendDir, root, 5*gi })
+	resp, err := second.GetCapacity(t.Context(), &csi.GetCapacityRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, gotMax := resp.GetAvailableCapacity(), resp.GetMaximumVolumeSize().GetValue(); got != 0 || gotMax != 0 {
+		t.Errorf("GetCapacity with 8Gi used of 5Gi: available %d, maximum volume size %d; want 0 and 0", got, gotMax)
+	}
+	_, err = second.CreateVolume(t.Context(), createReq("c", gi))
+	wantCode(t, err, codes.ResourceExhausted)
+	if err != nil && strings.Contains(err.Error(), " -") {
+		t.Errorf("CreateVolume error reports a negative size: %v", err)
 	}
 }
