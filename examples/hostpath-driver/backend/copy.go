@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 )
 
@@ -17,6 +18,10 @@ const (
 	seekData = 3
 	seekHole = 4
 )
+
+// fsync flushes f (a file or a directory) to stable storage. Tests
+// replace it to see what was flushed.
+var fsync = (*os.File).Sync
 
 // makeSparseFile creates path if needed and grows it, without allocating
 // blocks, to size bytes. A larger file is left as it is.
@@ -30,7 +35,7 @@ func makeSparseFile(path string, size int64) error {
 		err = f.Truncate(size)
 	}
 	if err == nil {
-		err = f.Sync()
+		err = fsync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -42,7 +47,9 @@ func makeSparseFile(path string, size int64) error {
 }
 
 // copyFile copies the regular file src to the new file dst, keeping its
-// mode and its holes.
+// mode and its holes, and fsyncs dst: the caller acknowledges the copy
+// (a clone, restore or snapshot) right after, so it must survive a power
+// loss. The caller fsyncs dst's directory.
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -61,6 +68,9 @@ func copyFile(src, dst string) error {
 	if err == nil {
 		// Holes at the end are not written; truncate restores the size.
 		err = out.Truncate(fi.Size())
+	}
+	if err == nil {
+		err = fsync(out)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -104,9 +114,12 @@ func copyRange(out, in *os.File, off, n int64) error {
 
 // copyTree copies the directory src to the new directory dst: directories,
 // regular files (sparsely) and symbolic links, with their modes. Device
-// files, sockets and pipes are skipped. Ownership is not copied.
+// files, sockets and pipes are skipped. Ownership is not copied. Every
+// file and directory of dst is fsynced before it returns (see copyFile);
+// the caller fsyncs dst's parent.
 func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+	var dirs []string
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -124,6 +137,7 @@ func copyTree(src, dst string) error {
 			if err := os.Mkdir(target, mode.Perm()); err != nil {
 				return err
 			}
+			dirs = append(dirs, target)
 			// Mkdir applies the umask; keep the source's mode exactly.
 			return os.Chmod(target, mode.Perm())
 		case mode.IsRegular():
@@ -138,6 +152,16 @@ func copyTree(src, dst string) error {
 			return nil
 		}
 	})
+	if err != nil {
+		return err
+	}
+	// Reversed, so that each directory is flushed after those below it.
+	for _, dir := range slices.Backward(dirs) {
+		if err := syncDir(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // syncDir fsyncs a directory so that an entry created in it is durable.
@@ -147,7 +171,7 @@ func syncDir(dir string) error {
 		return fmt.Errorf("open directory %s: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := fsync(d); err != nil {
 		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
