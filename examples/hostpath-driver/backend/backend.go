@@ -11,8 +11,9 @@
 //   - Memory keeps nothing at all: no data, no state file, no mounts. It
 //     exists for benchmarks and for running csi-sanity without privileges.
 //
-// Backends are not safe for concurrent use. The driver calls them with its
-// single mutex held, which also orders Save calls.
+// Backends are not safe for concurrent use, except Check. The driver calls
+// the other methods with its single mutex held, which also orders Save
+// calls; it calls Check (for Probe) without it.
 package backend
 
 import (
@@ -71,8 +72,10 @@ type Backend interface {
 	Unpublish(v *state.Volume, target string) error
 
 	// Check reports why the backend cannot store data now (for example
-	// its storage was unmounted or removed), or nil. It changes nothing
-	// and is cheap enough to answer every Probe.
+	// its storage was unmounted or removed), or nil. It changes nothing,
+	// is cheap enough to answer every Probe, and is safe to call
+	// concurrently with any method, so that a long copy does not hold
+	// up Probe.
 	Check() error
 }
 

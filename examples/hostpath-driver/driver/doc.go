@@ -30,7 +30,8 @@
 // obvious and makes every call atomic with respect to every other; a
 // production driver would lock per volume and copy data outside the lock.
 // Injected latencies and hangs (see Faults) are spent outside the mutex,
-// so a slow call does not hold up others.
+// so a slow call does not hold up others. Probe does not take the mutex:
+// it answers while a copy runs.
 //
 // # Durability
 //

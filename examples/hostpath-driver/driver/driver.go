@@ -40,7 +40,8 @@ type Driver struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	// mu guards everything below, and every call into backend.
+	// mu guards everything below, and every call into backend except
+	// Check (Probe answers without waiting for a long copy).
 	mu sync.Mutex
 	st *state.State
 	// volumesByName and snapshotsByName index st by name, the

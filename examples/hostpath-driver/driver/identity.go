@@ -34,12 +34,12 @@ func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 // Probe reports ready when the backend can store data: a Driver that
 // exists has loaded its state. Storage that is gone (the dir backend's root
 // unmounted or removed) is FAILED_PRECONDITION with the reason, as the CSI
-// spec asks of an unhealthy plugin, so that the CO can say why.
+// spec asks of an unhealthy plugin, so that the CO can say why. It does not
+// take the driver's lock, so it answers at once even while another call
+// copies a large volume: a Probe that waited would fail the CO's liveness
+// check and get the driver restarted in the middle of the copy.
 func (d *Driver) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	d.mu.Lock()
-	err := d.backend.Check()
-	d.mu.Unlock()
-	if err != nil {
+	if err := d.backend.Check(); err != nil {
 		klog.FromContext(ctx).Error(err, "Probe: not healthy")
 		return nil, status.Errorf(codes.FailedPrecondition, "not healthy: %v", err)
 	}

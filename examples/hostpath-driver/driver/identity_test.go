@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -83,5 +84,35 @@ func TestProbeMemory(t *testing.T) {
 	d := newTestDriver(t, nil)
 	if resp, err := d.Probe(t.Context(), &csi.ProbeRequest{}); err != nil || !resp.GetReady().GetValue() {
 		t.Errorf("Probe = %v, %v; want ready", resp, err)
+	}
+}
+
+// TestProbeWhileBusy checks that Probe answers while another call holds the
+// driver's lock, as a clone or snapshot of a large volume does while it
+// copies the data. A Probe that waited would fail the CO's liveness or
+// readiness checks (the liveness probe sidecar restarts the driver, which
+// aborts the copy, and the retried copy meets the same fate).
+func TestProbeWhileBusy(t *testing.T) {
+	for name, mutate := range map[string]func(*Config){"memory": nil, "dir": dirBackend(t)} {
+		t.Run(name, func(t *testing.T) {
+			d := newTestDriver(t, mutate)
+			d.mu.Lock() // a long copy in progress
+			answered := make(chan error, 1)
+			go func() {
+				_, err := d.Probe(t.Context(), &csi.ProbeRequest{})
+				answered <- err
+			}()
+			select {
+			case err := <-answered:
+				d.mu.Unlock()
+				if err != nil {
+					t.Errorf("Probe while busy: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				d.mu.Unlock()
+				<-answered
+				t.Errorf("Probe did not answer within 10s while another call held the driver's lock")
+			}
+		})
 	}
 }
