@@ -191,8 +191,11 @@ func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.Persistent
 }
 
 // deletionSecretFromClass resolves the provisioner secret of pv's class
-// with the claimRef's name and namespace (annotation tokens cannot
-// resolve), for volumes without the deletion-secret annotations.
+// (translated to CSI when it is the migrated in-tree plugin's, as
+// upstream) with the claimRef's name and namespace (annotation tokens
+// cannot resolve), for volumes without the deletion-secret annotations:
+// those written by old provisioners, and in-tree volumes provisioned
+// before the migration.
 func (p *Provisioner) deletionSecretFromClass(logger klog.Logger, pv *corev1.PersistentVolume) (*corev1.SecretReference, error) {
 	className := storagehelpers.GetPersistentVolumeClass(pv)
 	if className == "" {
@@ -206,6 +209,11 @@ func (p *Provisioner) deletionSecretFromClass(logger klog.Logger, pv *corev1.Per
 	if pv.Spec.ClaimRef == nil {
 		logger.Info("The volume has no claim reference; deleting it without secrets")
 		return nil, nil
+	}
+	// A class of the migrated in-tree plugin names its secrets in the
+	// plugin's terms (Portworx: openstorage.io/auth-secret-*).
+	if class, _, err = p.csiClass(logger, class); err != nil {
+		return nil, err
 	}
 	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pv.Spec.ClaimRef.Name, Namespace: pv.Spec.ClaimRef.Namespace}}
 	ref, err := resolveSecretRef(logger, provisionerSecret, class.Parameters, pv.Name, claim)

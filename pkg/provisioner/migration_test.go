@@ -157,3 +157,35 @@ func TestMigrationClone(t *testing.T) {
 		t.Errorf("cloned from %q, want the in-tree volume's ID", got)
 	}
 }
+
+// TestMigrationDeleteSecretFromInTreeClass: an in-tree volume provisioned
+// before the migration has no deletion-secret annotations, so Delete
+// resolves the provisioner secret from its class; the class is the in-tree
+// plugin's and must be translated first, as upstream's getSecretsFromSC
+// does (Portworx names its secret openstorage.io/auth-secret-*, which the
+// translation turns into the provisioner secret).
+func TestMigrationDeleteSecretFromInTreeClass(t *testing.T) {
+	const (
+		pxDriver = "pxd.portworx.com"
+		pxInTree = "kubernetes.io/portworx-volume"
+	)
+	pv := testutil.NewPV("pv-px", pxDriver).NotCSI().Class("px").ClaimRef(testNS, "c", "uid-c").Phase(corev1.VolumeReleased).
+		Annotation(storagehelpers.AnnDynamicallyProvisioned, pxInTree).Obj()
+	pv.Spec.PortworxVolume = &corev1.PortworxVolumeSource{VolumeID: "px-vol-1"}
+	class := testutil.NewSC("px", pxInTree).
+		Param("openstorage.io/auth-secret-name", "px-token").Param("openstorage.io/auth-secret-namespace", "kube-system").Obj()
+	caps := baseCaps()
+	caps.DriverName = pxDriver
+	h := newHarness(t, caps, objs(pv, class, secret("kube-system", "px-token", map[string]string{"auth-token": "t"})),
+		WithInTreeMigration(pxInTree))
+	if err := h.p.Delete(h.ctx, pv); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	deletes := h.driver.deleteCalls()
+	if len(deletes) != 1 || deletes[0].GetVolumeId() != "px-vol-1" {
+		t.Fatalf("DeleteVolume calls %v, want one of px-vol-1", deletes)
+	}
+	if got := deletes[0].GetSecrets(); got["auth-token"] != "t" {
+		t.Errorf("DeleteVolume secrets %v, want the translated class's provisioner secret kube-system/px-token", got)
+	}
+}
