@@ -109,7 +109,8 @@ type Config struct {
 
 // Feature gates of the provisioner, with upstream's names.
 const (
-	// FeatureTopology is GA and always on.
+	// FeatureTopology is GA and on by default; as upstream it is not
+	// locked: off, the driver's topology capability is ignored.
 	FeatureTopology featuregate.Feature = "Topology"
 	// FeatureVolumeAttributesClass passes VolumeAttributesClass parameters
 	// as mutable_parameters.
@@ -140,7 +141,7 @@ func newConfig() *Config {
 		set:          map[string]bool{},
 	}
 	if err := c.FeatureGates.Add(map[featuregate.Feature]featuregate.FeatureSpec{
-		FeatureTopology:                       {Default: true, PreRelease: featuregate.GA, LockToDefault: true},
+		FeatureTopology:                       {Default: true, PreRelease: featuregate.GA},
 		FeatureVolumeAttributesClass:          {Default: true, PreRelease: featuregate.GA},
 		FeatureCrossNamespaceVolumeDataSource: {Default: false, PreRelease: featuregate.Alpha},
 		FeatureReleaseLeaderElectionOnExit:    {Default: false, PreRelease: featuregate.Alpha},

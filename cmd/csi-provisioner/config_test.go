@@ -82,7 +82,6 @@ func TestFlagErrors(t *testing.T) {
 		{name: "renew within client-go's jitter of the retry period", args: []string{"--leader-election", "--leader-election-retry-period=9s"}, wantErr: "leader election needs"},
 		{name: "zero retry period", args: []string{"--leader-election", "--leader-election-retry-period=0s"}, wantErr: "leader election needs"},
 		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
-		{name: "locked gate", args: []string{"--feature-gates=Topology=false"}, wantErr: "Topology"},
 		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},
 		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
 		{name: "label with two colons", args: []string{"--leader-election-labels=a:b:c"}, wantErr: `"a:b:c" is not key:value`},
@@ -120,6 +119,26 @@ func TestFlagErrors(t *testing.T) {
 				t.Errorf("error is %d lines, want one: %q", n+1, msg)
 			}
 		})
+	}
+}
+
+// TestTopologyGate: upstream's Topology gate is GA but not locked, so
+// --feature-gates=Topology=false is accepted (with component-base's GA
+// warning) and turns topology off, as upstream.
+func TestTopologyGate(t *testing.T) {
+	c, err := parseFlags([]string{"--feature-gates=Topology=false"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("--feature-gates=Topology=false: %v", err)
+	}
+	if c.FeatureGates.Enabled(FeatureTopology) {
+		t.Error("Topology is still enabled")
+	}
+	c, err = parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.FeatureGates.Enabled(FeatureTopology) {
+		t.Error("Topology is off by default")
 	}
 }
 

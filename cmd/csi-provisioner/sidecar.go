@@ -115,6 +115,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		provisioner.WithExtraCreateMetadata(cfg.ExtraCreateMetadata),
 		provisioner.WithStrictTopology(cfg.StrictTopology),
 		provisioner.WithImmediateTopology(cfg.ImmediateTopology),
+		provisioner.WithTopology(cfg.FeatureGates.Enabled(FeatureTopology)),
 		provisioner.WithControllerPublishReadOnly(cfg.ControllerPublishReadOnly),
 		provisioner.WithEventRecorder(recorder),
 		provisioner.WithBinderEnabled(cfg.EnableBinder),

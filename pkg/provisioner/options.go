@@ -52,6 +52,7 @@ type config struct {
 	extraCreateMetadata       bool
 	strictTopology            bool
 	immediateTopology         bool
+	topologyOff               bool
 	controllerPublishReadOnly bool
 	identity                  string
 	identitySet               bool
@@ -156,6 +157,15 @@ func WithExtraCreateMetadata(on bool) Option {
 // node's (--strict-topology, default false).
 func WithStrictTopology(on bool) Option {
 	return func(c *config) { c.strictTopology = on }
+}
+
+// WithTopology(false) ignores the driver's VOLUME_ACCESSIBILITY_CONSTRAINTS
+// capability, as upstream with --feature-gates=Topology=false: no
+// accessibility requirements in CreateVolume, no node affinity on the PV,
+// no reschedule after ResourceExhausted, and no Node or CSINode informer.
+// The default is true.
+func WithTopology(on bool) Option {
+	return func(c *config) { c.topologyOff = !on }
 }
 
 // WithImmediateTopology sends the aggregated cluster topology for

@@ -93,8 +93,9 @@ type Provisioner struct {
 // New returns a provisioner for driver. It registers the informers it reads
 // on factory (PersistentVolumeClaims, PersistentVolumes, StorageClasses
 // always; Nodes and CSINodes when the driver reports volume accessibility
-// constraints, except in node deployment, which reads only its own node's
-// static copies; VolumeAttachments when it reports PUBLISH_UNPUBLISH_VOLUME)
+// constraints and topology is not off (WithTopology), except in node
+// deployment, which reads only its own node's static copies;
+// VolumeAttachments when it reports PUBLISH_UNPUBLISH_VOLUME)
 // and adds its indexers to them, so it must be called before factory is
 // started. Invalid options are reported as one joined error.
 func New(client kubernetes.Interface, driver csiclient.Driver, factory informers.SharedInformerFactory, opts ...Option) (*Provisioner, error) {
@@ -108,6 +109,9 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	cfg := defaultConfig()
 	for _, opt := range opts {
 		opt(&cfg)
+	}
+	if cfg.topologyOff {
+		caps.VolumeAccessibility = false
 	}
 	if err := cfg.validate(caps.DriverName); err != nil {
 		return nil, fmt.Errorf("new provisioner: %w", err)

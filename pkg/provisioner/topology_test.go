@@ -324,3 +324,36 @@ func TestNodeAffinity(t *testing.T) {
 		t.Errorf("nodeAffinity = %v, want %v", got, want)
 	}
 }
+
+// TestTopologyOff: with WithTopology(false) (--feature-gates=Topology=false)
+// a driver with VOLUME_ACCESSIBILITY_CONSTRAINTS is treated as one without,
+// as upstream's supportsTopology: no accessibility requirements, no node
+// affinity from the accessible topology, ResourceExhausted final instead of
+// a reschedule, and no Node or CSINode informer.
+func TestTopologyOff(t *testing.T) {
+	claim := newClaim("c").Annotation(storagehelpers.AnnSelectedNode, "n2").Obj()
+	class := newClass().WaitForFirstConsumer().Obj()
+	h := newHarness(t, topologyCaps(), append(cluster(), claim, class), WithTopology(false))
+	if h.p.nodes != nil || h.p.csiNodes != nil {
+		t.Error("Node and CSINode listers set with topology off")
+	}
+	h.driver.createAnswers = []createAnswer{
+		{err: csiErr(codes.ResourceExhausted)},
+		{vol: &csi.Volume{VolumeId: "v1", AccessibleTopology: topos(zoneB)}},
+	}
+	if _, state, _ := h.provision(claim, class); state != controller.ProvisioningFinished {
+		t.Errorf("ResourceExhausted: state %v, want Finished (no reschedule without topology)", state)
+	}
+	pv, state, err := h.provision(claim, class)
+	if err != nil || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision = %v, %v", state, err)
+	}
+	for i, req := range h.driver.createCalls() {
+		if req.GetAccessibilityRequirements() != nil {
+			t.Errorf("request %d has requirements %s", i, prototext.Format(req.GetAccessibilityRequirements()))
+		}
+	}
+	if pv.Spec.NodeAffinity != nil {
+		t.Errorf("PV node affinity %v, want none", pv.Spec.NodeAffinity)
+	}
+}
