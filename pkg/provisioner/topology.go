@@ -21,8 +21,7 @@ import (
 // term is one topology segment: keys and values that hold together (AND).
 type term map[string]string
 
-// String renders the term as sorted "key=value" pairs, the order used to
-// sort terms.
+// String renders the term as sorted "key=value" pairs (for messages).
 func (t term) String() string {
 	parts := make([]string, 0, len(t))
 	for _, k := range slices.Sorted(maps.Keys(t)) {
@@ -234,12 +233,32 @@ func flatten(allowed []corev1.TopologySelectorTerm) []term {
 	return out
 }
 
-// sortedUnique returns the terms sorted by their string form, without
-// duplicates, in a new slice.
+// compareTerms orders terms as upstream's topologyTerm.compare: fewer
+// segments first, then pair by pair in key order, key before value.
+func compareTerms(a, b term) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	ka, kb := slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b))
+	for i := range ka {
+		if c := strings.Compare(ka[i], kb[i]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a[ka[i]], b[kb[i]]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// sortedUnique returns the terms in upstream's order (compareTerms),
+// without duplicates, in a new slice. The order decides which segment an
+// immediate-binding claim prefers (see spreadingOffset) and, with a
+// selected node, which of the terms within its segment comes first.
 func sortedUnique(terms []term) []term {
 	out := slices.Clone(terms)
-	slices.SortFunc(out, func(a, b term) int { return strings.Compare(a.String(), b.String()) })
-	return slices.CompactFunc(out, func(a, b term) bool { return a.String() == b.String() })
+	slices.SortFunc(out, compareTerms)
+	return slices.CompactFunc(out, func(a, b term) bool { return compareTerms(a, b) == 0 })
 }
 
 // rotate returns a new slice that starts at terms[i] and wraps around.

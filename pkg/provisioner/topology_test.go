@@ -102,9 +102,33 @@ func TestTopologyRequirement(t *testing.T) {
 				return c
 			}(),
 			claimName: "x",
+			// Upstream's order (topologyTerm.compare): fewer segments first,
+			// then key by key.
 			want: &csi.TopologyRequirement{
-				Requisite: topos(rackA1, rackB1, zoneC), Preferred: rotated(topos(rackA1, rackB1, zoneC), "x"),
+				Requisite: topos(zoneC, rackA1, rackB1), Preferred: rotated(topos(zoneC, rackA1, rackB1), "x"),
 			},
+		},
+		{
+			// "a.b=..." sorts before "a=..." as a string, after it key by key.
+			name:      "allowed topologies: keys compared whole, as upstream",
+			class:     newClass().AllowedTopology("t/z", "1").AllowedTopology("t/z.x", "1").Obj(),
+			claimName: "x",
+			want: &csi.TopologyRequirement{
+				Requisite: topos(topo("t/z", "1"), topo("t/z.x", "1")), Preferred: rotated(topos(topo("t/z", "1"), topo("t/z.x", "1")), "x"),
+			},
+		},
+		{
+			name: "late binding: the first term within the node's segment, fewest segments first, is preferred",
+			class: func() *storagev1.StorageClass {
+				c := newClass().Obj()
+				c.AllowedTopologies = []corev1.TopologySelectorTerm{
+					{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: keyZone, Values: []string{"b"}}, {Key: keyRack, Values: []string{"r2"}}}},
+					{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: keyZone, Values: []string{"b"}}}},
+				}
+				return c
+			}(),
+			selected: "n2",
+			want:     &csi.TopologyRequirement{Requisite: topos(zoneB, topoB), Preferred: topos(zoneB, topoB)},
 		},
 		{
 			name: "late binding: aggregated, selected node first", class: newClass().Obj(), selected: "n2",
