@@ -212,8 +212,8 @@ func TestApply(t *testing.T) {
 }
 
 // TestHelmInstall installs the chart with helm itself, as the README says
-// (default values, then all options), checks the release and its notes, and
-// uninstalls it.
+// (default values, all options, node deployment), checks the release and
+// that its notes name the workload the chart rendered, and uninstalls it.
 func TestHelmInstall(t *testing.T) {
 	cp := controlplane.Need(t, shared)
 	helm := tool(t, "helm", "HELM")
@@ -221,9 +221,15 @@ func TestHelmInstall(t *testing.T) {
 	for _, tc := range []struct {
 		name, release string
 		args          []string
+		// kind is the workload the notes' commands must name.
+		kind string
+		// notWant is what the notes must not say.
+		notWant []string
 	}{
-		{"defaults", "csi-provisioner", nil},
-		{"all options", "vendor", []string{"-f", allOptionsFile}},
+		{"defaults", "csi-provisioner", nil, "deployment", nil},
+		{"all options", "vendor", []string{"-f", allOptionsFile}, "deployment", nil},
+		{"node deployment", "node", []string{"--set", "nodeDeployment.enabled=true", "--set", "csiDriver.name=node.helm.csi.kube-storage.io"},
+			"daemonset", []string{"deployment/", "one leads", "replica(s)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := createNamespace(t, cp, "helm")
@@ -238,14 +244,23 @@ func TestHelmInstall(t *testing.T) {
 					t.Errorf("helm uninstall: %v\n%s", err, b)
 				}
 			})
-			for _, want := range []string{"STATUS: deployed", "kubectl -n " + ns + " rollout status deployment/", "kubectl describe pvc test-claim"} {
+			for _, want := range []string{"STATUS: deployed", "kubectl -n " + ns + " rollout status " + tc.kind + "/", "kubectl -n " + ns + " logs " + tc.kind + "/", "kubectl describe pvc test-claim"} {
 				if !strings.Contains(string(out), want) {
 					t.Errorf("helm install output lacks %q:\n%s", want, out)
 				}
 			}
+			for _, bad := range tc.notWant {
+				if strings.Contains(string(out), bad) {
+					t.Errorf("helm install output has %q:\n%s", bad, out)
+				}
+			}
 			deploys, err := cp.Client().AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
-			if err != nil || len(deploys.Items) != 1 {
-				t.Errorf("Deployments in %s after helm install: %v, %v", ns, deploys, err)
+			daemonSets, dsErr := cp.Client().AppsV1().DaemonSets(ns).List(t.Context(), metav1.ListOptions{})
+			if want := map[string]int{"deployment": 1, "daemonset": 0}[tc.kind]; err != nil || len(deploys.Items) != want {
+				t.Errorf("Deployments in %s after helm install: %v, %v; want %d", ns, deploys, err, want)
+			}
+			if want := map[string]int{"deployment": 0, "daemonset": 1}[tc.kind]; dsErr != nil || len(daemonSets.Items) != want {
+				t.Errorf("DaemonSets in %s after helm install: %v, %v; want %d", ns, daemonSets, dsErr, want)
 			}
 		})
 	}
