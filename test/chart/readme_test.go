@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 // TestReadmeCommands runs the helm and kustomize commands of
@@ -114,5 +115,56 @@ func TestRootReadmeHelmCommands(t *testing.T) {
 	}
 	if n < 2 {
 		t.Errorf("README.md's Install with Helm section has %d commands", n)
+	}
+}
+
+// upstreamClusterRules are the rules of upstream external-provisioner
+// v6.3.0's ClusterRole external-provisioner-runner
+// (deploy/kubernetes/rbac.yaml; its secrets and referencegrants rules are
+// commented out there).
+var upstreamClusterRules = []rbacv1.PolicyRule{
+	rule("", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
+	rule("", "persistentvolumeclaims", "get", "list", "watch", "update"),
+	rule("storage.k8s.io", "storageclasses", "get", "list", "watch"),
+	rule("", "events", "list", "watch", "create", "update", "patch"),
+	rule("snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "watch", "update"),
+	rule("snapshot.storage.k8s.io", "volumesnapshotcontents", "get", "list"),
+	rule("storage.k8s.io", "csinodes", "get", "list", "watch"),
+	rule("", "nodes", "get", "list", "watch"),
+	rule("storage.k8s.io", "volumeattachments", "get", "list", "watch"),
+}
+
+// TestRootReadmeRBACBeyondUpstream: the top-level README's Compatibility
+// section says which permissions the sidecar needs beyond upstream's
+// ClusterRole; a user who migrates by adding them to upstream's rules must
+// get every verb the chart grants, so each resource with an added verb,
+// and the verb, must be named there.
+func TestRootReadmeRBACBeyondUpstream(t *testing.T) {
+	b, err := os.ReadFile(repoPath(t, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sentence, ok := strings.Cut(strings.Join(strings.Fields(string(b)), " "), "RBAC: the upstream rules plus ")
+	if !ok {
+		t.Fatal(`README.md has no "RBAC: the upstream rules plus" sentence`)
+	}
+	sentence, _, _ = strings.Cut(sentence, ". ")
+	upstream := map[string][]string{}
+	for _, r := range upstreamClusterRules {
+		upstream[r.Resources[0]] = r.Verbs
+	}
+	named := func(word string) bool {
+		// A whole word: persistentvolumes is not named by persistentvolumes/status.
+		return regexp.MustCompile(`(^|[^\w/])` + regexp.QuoteMeta(word) + `([^\w/]|$)`).MatchString(sentence)
+	}
+	for _, r := range wantClusterRules {
+		for _, verb := range r.Verbs {
+			if slices.Contains(upstream[r.Resources[0]], verb) {
+				continue
+			}
+			if !named(r.Resources[0]) || !named(verb) {
+				t.Errorf("README.md's %q does not name %s on %s, which the chart grants and upstream does not", sentence, verb, r.Resources[0])
+			}
+		}
 	}
 }
