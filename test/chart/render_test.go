@@ -501,13 +501,22 @@ func TestRenderToggles(t *testing.T) {
 
 // TestReleaseNamedAfterChart: `helm install csi-provisioner ...` (the
 // README's command) names the objects csi-provisioner, not
-// csi-provisioner-csi-provisioner.
+// csi-provisioner-csi-provisioner, and the README's RBAC section names the
+// ClusterRole that command creates.
 func TestReleaseNamedAfterChart(t *testing.T) {
 	m := mustHelmTemplate(t, "csi-provisioner", "kube-system")
 	for _, kind := range []string{"Deployment", "ServiceAccount"} {
 		if name := m.one(t, kind).GetName(); name != "csi-provisioner" {
 			t.Errorf("%s named %s", kind, name)
 		}
+	}
+	readme, err := os.ReadFile(repoPath(t, "deploy/sidecar/README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rbac, _ := strings.Cut(string(readme), "## RBAC\n")
+	if name := m.one(t, "ClusterRole").GetName(); !strings.Contains(rbac, "`"+name+"`") {
+		t.Errorf("deploy/sidecar/README.md's RBAC section does not name the ClusterRole %s of `helm install csi-provisioner`", name)
 	}
 }
 
