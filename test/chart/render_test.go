@@ -453,6 +453,18 @@ func TestRenderToggles(t *testing.T) {
 				}
 			}
 			checkProbes(t, sc, 8080, false)
+			// Nothing to elect: no Lease rules, so no Role at all.
+			if ids := append(m.find("Role"), m.find("RoleBinding")...); len(ids) != 0 {
+				t.Errorf("Role or RoleBinding rendered without leader election and capacity: %v", m.ids())
+			}
+		}},
+		{"node deployment without capacity", []string{"--set", "nodeDeployment.enabled=true"}, func(t *testing.T, m manifest) {
+			// Every node's pod runs without leader election: it must not
+			// write the Leases of the release's namespace (kube-system in
+			// the README).
+			if ids := append(m.find("Role"), m.find("RoleBinding")...); len(ids) != 0 {
+				t.Errorf("Role or RoleBinding rendered in node deployment without capacity: %v", m.ids())
+			}
 		}},
 		{"node deployment", []string{"--set", "nodeDeployment.enabled=true", "--set", "sidecar.capacity.enabled=true", "--set", "replicas=3"}, func(t *testing.T, m manifest) {
 			if len(m.find("Deployment")) != 0 {
@@ -474,7 +486,8 @@ func TestRenderToggles(t *testing.T) {
 			}
 			checkProbes(t, sc, 8080, false)
 			// The DaemonSet owns the objects: the pod is read, no ReplicaSet.
-			checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, append(slices.Clone(wantLeaseRules), wantCapacityRules[:2]...))
+			// No leader election: no Lease rules.
+			checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, wantCapacityRules[:2])
 		}},
 		{"cross-namespace data sources", crossNamespaceValues, func(t *testing.T, m manifest) {
 			sc := container(t, typed[appsv1.Deployment](t, m.one(t, "Deployment")), sidecarName)

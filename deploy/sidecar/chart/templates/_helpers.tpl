@@ -84,3 +84,21 @@ named .name; else "".
 {{- define "csi-provisioner.hasEnv" -}}
 {{- range .env }}{{ if eq .name $.name }}true{{ end }}{{ end -}}
 {{- end -}}
+
+{{/*
+csi-provisioner.leaderElection: "true" when the sidecar runs with
+--leader-election (sidecar.leaderElection.enabled, and not in node
+deployment, where every node's pod works for its node); else "".
+*/}}
+{{- define "csi-provisioner.leaderElection" -}}
+{{- if and .Values.sidecar.leaderElection.enabled (not .Values.nodeDeployment.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.namespacedRBAC: "true" when the sidecar needs the Role in
+the release's namespace: for leader election's Lease or for the
+CSIStorageCapacity objects; else "".
+*/}}
+{{- define "csi-provisioner.namespacedRBAC" -}}
+{{- if or (include "csi-provisioner.leaderElection" .) .Values.sidecar.capacity.enabled -}}true{{- end -}}
+{{- end -}}
