@@ -419,6 +419,13 @@ func TestRenderToggles(t *testing.T) {
 				}
 			}
 		}},
+		{"no secrets rule", []string{"--set", "rbac.secrets=false"}, func(t *testing.T, m manifest) {
+			for _, r := range typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules {
+				if slices.Contains(r.Resources, "secrets") {
+					t.Errorf("ClusterRole grants %v on secrets with rbac.secrets=false", r.Verbs)
+				}
+			}
+		}},
 		{"existing service account", []string{"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=mine"}, func(t *testing.T, m manifest) {
 			if len(m.find("ServiceAccount")) != 0 {
 				t.Error("ServiceAccount rendered with serviceAccount.create=false")
