@@ -177,7 +177,12 @@ func (b *Binder) syncPreboundClaim(ctx context.Context, claim *corev1.Persistent
 		if !b.classIsOurs(claim) {
 			return nil
 		}
+		// Upstream says nothing here, and the provisioner skips a claim
+		// with spec.volumeName: without this event the claim would wait
+		// with no explanation at all.
 		logger.V(4).Info("Requested volume does not exist yet", "pv", claim.Spec.VolumeName)
+		b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding,
+			fmt.Sprintf(msgCannotBindRequested, claim.Spec.VolumeName, msgRequestedVolumeMissing))
 		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return err
 	}

@@ -449,18 +449,23 @@ func TestSyncPreboundClaim(t *testing.T) {
 	mismatch := func(reason string) string {
 		return `pvc/c1 Warning VolumeMismatch Cannot bind to requested volume "pv1": ` + reason
 	}
+	// Nobody else reports it: the provisioner skips a claim with
+	// spec.volumeName, and kube-controller-manager posts nothing.
+	missing := `pvc/c1 Warning FailedBinding Cannot bind to requested volume "pv1": the volume does not exist`
 	cases := []syncCase{
 		{
-			name:    "2-1 claim pre-bound to a missing volume: nothing",
+			name:    "2-1 claim pre-bound to a missing volume: a Warning says so, nothing written",
 			objects: objs(classFast(), c1),
 			sync:    "pvc/c1",
+			events:  []string{missing},
 		},
 		{
-			name:    "2-2 claim pre-bound to a missing volume: status reset to Pending",
+			name:    "2-2 claim pre-bound to a missing volume: status reset to Pending, and the Warning",
 			objects: objs(classFast(), c1Bound),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{pendingStatus(c1Bound)},
 			actions: []string{"status pvc/c1"},
+			events:  []string{missing},
 		},
 		{
 			name:    "2-2-1 claim of another provisioner pre-bound to a missing volume: out of scope",

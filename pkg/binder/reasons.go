@@ -33,6 +33,10 @@ const (
 	msgRecycleUnsupported    = "Recycle failed: recycling is not supported for CSI volumes; delete the volume or change its reclaim policy to Delete or Retain"
 	msgUnknownReclaimPolicy  = "Volume has unrecognized PersistentVolumeReclaimPolicy"
 	msgVolumeStillInUse      = "Not releasing or unbinding the volume: its claimRef names claim %s, but claim %s is still bound to it (spec.volumeName); point spec.claimRef back at that claim, or delete the claim"
+
+	// Ours: upstream posts no event for a claim whose spec.volumeName names
+	// no volume (with msgCannotBindRequested).
+	msgRequestedVolumeMissing = "the volume does not exist"
 )
 
 // Annotations the binder reads or writes that component-helpers does not
