@@ -228,6 +228,22 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 		if !b.classIsOurs(claim) && !b.lost.boundTo(claim.Spec.VolumeName, claim.UID) {
 			return nil
 		}
+		// Another binder (kube-controller-manager's, or a previous
+		// leader) may have bound the claim to a volume the informer has
+		// not delivered yet: the claim and volume watches are not
+		// ordered. Lost would stop the kubelet from mounting the claim and
+		// say its data is lost, so ask the API server first (seed bug 2,
+		// for claims). The volume's add event queues the claim again.
+		if claim.Status.Phase != corev1.ClaimLost {
+			exists, err := b.volumeExistsInAPI(ctx, claim.Spec.VolumeName)
+			if err != nil {
+				return fmt.Errorf("get volume %s of claim %s: %w", claim.Spec.VolumeName, claimKey(claim), err)
+			}
+			if exists {
+				klog.FromContext(ctx).V(4).Info("Volume of the bound claim is not cached yet", "pv", claim.Spec.VolumeName)
+				return nil
+			}
+		}
 		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimLost, msgClaimLostVolume)
 	}
 	if !b.volumeInScope(pv) {

@@ -626,12 +626,22 @@ func TestSyncBoundClaim(t *testing.T) {
 			sync:    "pvc/c1",
 		},
 		{
-			name:    "3-2 bound claim whose volume is gone: Lost",
+			name:    "3-2 bound claim whose volume is gone: checked with the API, then Lost",
 			objects: objs(classFast(), c1),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
-			actions: []string{"status pvc/c1"},
+			actions: []string{"get pv/pv1", "status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"},
+		},
+		{
+			// Seed bug 2 for claims: bound by another binder (the scheduler
+			// or kube-controller-manager's) to a volume the informer has not
+			// delivered yet. Lost would stop the kubelet from mounting it.
+			name:    "3-2-0 bound claim whose volume the informer has not seen yet: read from the API, not Lost",
+			objects: objs(classFast(), c1, pvBound),
+			setup:   func(f *fixture) { f.hideFromInformer(pvBound) },
+			sync:    "pvc/c1",
+			actions: []string{"get pv/pv1"},
 		},
 		{
 			name:    "3-2-1 bound claim of another provisioner whose volume is gone: out of scope",
@@ -644,7 +654,7 @@ func TestSyncBoundClaim(t *testing.T) {
 			setup:   func(f *fixture) { f.binder.onVolumeDelete(pvNoClass) },
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1NoClass)},
-			actions: []string{"status pvc/c1"},
+			actions: []string{"get pv/pv1", "status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"},
 			queued:  []string{"pvc/ns/c1"}, // by the deletion
 		},

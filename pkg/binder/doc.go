@@ -41,7 +41,9 @@
 //     make it Failed with a Warning. Before releasing, a claim missing from
 //     the cache is read from the API server, and a claim found with another
 //     UID is read again, so a freshly provisioned volume is never released
-//     because its claim was not cached yet. Beyond upstream, a volume is
+//     because its claim was not cached yet. Likewise, a bound claim whose
+//     volume is not cached becomes Lost only once the API server has no such
+//     volume either. Beyond upstream, a volume is
 //     neither released nor unbound while another existing claim is still
 //     bound to it (bind-completed and spec.volumeName naming it), which only
 //     a hand edit of spec.claimRef can cause: releasing would delete or hand

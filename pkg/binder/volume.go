@@ -156,6 +156,16 @@ func (b *Binder) getClaimFromAPI(ctx context.Context, namespace, name string) (*
 	return claim, nil
 }
 
+// volumeExistsInAPI reports whether the API server has a volume of that
+// name.
+func (b *Binder) volumeExistsInAPI(ctx context.Context, name string) (bool, error) {
+	_, err := b.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // release sets phase Released (unless already Released or Failed) and then
 // applies the reclaim policy:
 //
