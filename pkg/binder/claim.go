@@ -179,11 +179,21 @@ func (b *Binder) syncPreboundClaim(ctx context.Context, claim *corev1.Persistent
 		}
 		// Upstream says nothing here, and the provisioner skips a claim
 		// with spec.volumeName: without this event the claim would wait
-		// with no explanation at all.
-		logger.V(4).Info("Requested volume does not exist yet", "pv", claim.Spec.VolumeName)
-		b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding,
-			fmt.Sprintf(msgCannotBindRequested, claim.Spec.VolumeName, msgRequestedVolumeMissing))
-		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		// with no explanation at all. A volume created just before the
+		// claim may not be cached yet (the watches are not ordered): say
+		// it is missing only when the API server agrees.
+		exists, err := b.volumeExistsInAPI(ctx, claim.Spec.VolumeName)
+		if err != nil {
+			return fmt.Errorf("get volume %s requested by claim %s: %w", claim.Spec.VolumeName, claimKey(claim), err)
+		}
+		if exists {
+			logger.V(4).Info("Requested volume is not cached yet", "pv", claim.Spec.VolumeName)
+		} else {
+			logger.V(4).Info("Requested volume does not exist yet", "pv", claim.Spec.VolumeName)
+			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding,
+				fmt.Sprintf(msgCannotBindRequested, claim.Spec.VolumeName, msgRequestedVolumeMissing))
+		}
+		_, err = b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return err
 	}
 	if !b.volumeInScope(pv) {

@@ -454,17 +454,25 @@ func TestSyncPreboundClaim(t *testing.T) {
 	missing := `pvc/c1 Warning FailedBinding Cannot bind to requested volume "pv1": the volume does not exist`
 	cases := []syncCase{
 		{
-			name:    "2-1 claim pre-bound to a missing volume: a Warning says so, nothing written",
+			name:    "2-1 claim pre-bound to a missing volume: checked with the API, a Warning says so, nothing written",
 			objects: objs(classFast(), c1),
 			sync:    "pvc/c1",
+			actions: []string{"get pv/pv1"},
 			events:  []string{missing},
+		},
+		{
+			name:    "2-1-1 claim pre-bound to a volume the informer has not seen yet: no Warning",
+			objects: objs(classFast(), c1, pv1),
+			setup:   func(f *fixture) { f.hideFromInformer(pv1) },
+			sync:    "pvc/c1",
+			actions: []string{"get pv/pv1"},
 		},
 		{
 			name:    "2-2 claim pre-bound to a missing volume: status reset to Pending, and the Warning",
 			objects: objs(classFast(), c1Bound),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{pendingStatus(c1Bound)},
-			actions: []string{"status pvc/c1"},
+			actions: []string{"get pv/pv1", "status pvc/c1"},
 			events:  []string{missing},
 		},
 		{
