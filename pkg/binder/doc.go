@@ -48,8 +48,11 @@
 //     bound to it (bind-completed and spec.volumeName naming it), which only
 //     a hand edit of spec.claimRef can cause: releasing would delete or hand
 //     out that claim's data. A Warning VolumeStillInUse says how to fix it.
-//     The binder never calls the driver and never touches volume
-//     finalizers.
+//     The binder never calls the driver and touches no volume finalizer
+//     but kube-controller-manager's in-tree kubernetes.io/pv-controller on
+//     a volume the migrated in-tree plugin provisioned, which it removes
+//     (and names the driver in pv.kubernetes.io/migrated-to) as that
+//     binder does with migration on.
 //
 // Scope: the binder writes a volume only when spec.csi.driver is the driver
 // or pv.kubernetes.io/provisioned-by names it (or, with

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
@@ -27,6 +29,14 @@ func TestInTreeMigration(t *testing.T) {
 	static := ebsVolume("pv1")
 	boundC1, boundPV1 := boundPair(c1, static)
 	migration := []Option{WithInTreeMigration(inTreeEBS)}
+	preMigration := boundPV1.DeepCopy()
+	metav1.SetMetaDataAnnotation(&preMigration.ObjectMeta, annProvisionedBy, inTreeEBS)
+	preMigration.Finalizers = []string{storagehelpers.PVDeletionInTreeProtectionFinalizer, "example.com/other"}
+	annealed := preMigration.DeepCopy()
+	annealed.Annotations[storagehelpers.AnnMigratedTo] = driver
+	annealed.Finalizers = []string{"example.com/other"}
+	staticFinalized := boundPV1.DeepCopy()
+	staticFinalized.Finalizers = []string{storagehelpers.PVDeletionInTreeProtectionFinalizer}
 	runSyncCases(t, []syncCase{
 		{
 			name: "a claim of the in-tree class is handed to the driver", opts: migration,
@@ -42,6 +52,27 @@ func TestInTreeMigration(t *testing.T) {
 		},
 		{
 			name: "without migration the in-tree class is not the driver's", objects: objs(gp2, c1, static), sync: "pvc/c1",
+		},
+		{
+			// Provisioned by kube-controller-manager before the migration:
+			// its in-tree finalizer would keep the volume Terminating for
+			// ever once the provisioner deleted it through the driver.
+			name: "a volume the in-tree plugin provisioned loses kube-controller-manager's finalizer", opts: migration,
+			objects: objs(gp2, boundC1, preMigration), sync: "pv/pv1",
+			volumes: []*corev1.PersistentVolume{annealed}, actions: []string{"update pv/pv1"},
+		},
+		{
+			name: "an annealed volume is not written again", opts: migration,
+			objects: objs(gp2, boundC1, annealed), sync: "pv/pv1",
+		},
+		{
+			// Nor a static one: kube-controller-manager anneals only
+			// provisioned volumes.
+			name: "a static in-tree volume keeps its finalizers", opts: migration,
+			objects: objs(gp2, boundC1, staticFinalized), sync: "pv/pv1",
+		},
+		{
+			name: "without migration the finalizer stays", objects: objs(gp2, boundC1, preMigration), sync: "pv/pv1",
 		},
 	})
 }

@@ -26,6 +26,10 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 		logger.V(5).Info("Volume is not in scope")
 		return result{}, nil
 	}
+	pv, err := b.annealMigrated(ctx, pv)
+	if err != nil {
+		return result{}, err
+	}
 	ref := pv.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
 		// Unbound (4-1), or pre-bound by name only (4-2): the claim sync

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -55,4 +57,44 @@ func TestInTreeMigration(t *testing.T) {
 	for _, method := range []string{"CreateVolume", "DeleteVolume"} {
 		waitMetrics(t, endpoint, []string{`csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/` + method + `",migrated="true"} `})
 	}
+}
+
+// TestInTreeVolumeProvisionedBeforeMigration: a volume the in-tree plugin
+// provisioned before the migration carries kube-controller-manager's
+// finalizer kubernetes.io/pv-controller, which only that controller's
+// deleter removes. With no kube-controller-manager binder, ours removes it
+// (and names the driver in pv.kubernetes.io/migrated-to), so deleting the
+// claim deletes the volume through the driver and the PV goes too instead
+// of staying Terminating.
+func TestInTreeVolumeProvisionedBeforeMigration(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, driverName: "ebs.csi.aws.com"})
+	sc := testutil.NewSC(s.className+"-gp2", "kubernetes.io/aws-ebs").Param("type", "gp2").Obj()
+	testutil.CreateClass(t, s.c, sc)
+	id, err := s.driver.CreateVolume(t.Context(), "before-migration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvName := s.ns + "-before-migration"
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi").VolumeName(pvName))
+	pv := testutil.NewPV(pvName, "").Class(sc.Name).BoundTo(claim).
+		Annotation(storagehelpers.AnnDynamicallyProvisioned, sc.Provisioner).
+		Finalizers(storagehelpers.PVDeletionInTreeProtectionFinalizer).RV("").Obj()
+	pv.Spec.CSI = nil
+	pv.Spec.AWSElasticBlockStore = &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: id}
+	if _, err := s.c.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, bound := s.waitBound(claim.Name)
+	testutil.Eventually(t, 0, "the in-tree finalizer stays on the PV", func(ctx context.Context) (bool, error) {
+		got, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		bound = got
+		return !slices.Contains(got.Finalizers, storagehelpers.PVDeletionInTreeProtectionFinalizer), nil
+	})
+	if got := bound.Annotations[storagehelpers.AnnMigratedTo]; got != s.driver.Name {
+		t.Errorf("PV %s = %q, want %s", storagehelpers.AnnMigratedTo, got, s.driver.Name)
+	}
+	s.deleteAndWaitGone(claim.Name, pvName)
 }

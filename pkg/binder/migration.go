@@ -1,0 +1,36 @@
+package binder
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+)
+
+// annealMigrated does for a volume the migrated in-tree plugin provisioned
+// what kube-controller-manager's binder does for it with migration on
+// (updateVolumeMigrationAnnotationsAndFinalizers): it names the driver in
+// pv.kubernetes.io/migrated-to and removes the in-tree deletion finalizer
+// kubernetes.io/pv-controller, which only kube-controller-manager's deleter
+// removes. Without it, a volume provisioned before the migration stays
+// Terminating forever once the provisioner has deleted it through the
+// driver, on a cluster where that binder does not run. One update, only
+// when something changes; other volumes are returned as they are.
+func (b *Binder) annealMigrated(ctx context.Context, pv *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
+	if b.cfg.inTree == "" || pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] != b.cfg.inTree {
+		return pv, nil
+	}
+	stale := pv.Annotations[storagehelpers.AnnMigratedTo] != b.driver
+	finalizer := slices.Contains(pv.Finalizers, storagehelpers.PVDeletionInTreeProtectionFinalizer)
+	if !stale && !finalizer {
+		return pv, nil
+	}
+	clone := pv.DeepCopy()
+	metav1.SetMetaDataAnnotation(&clone.ObjectMeta, storagehelpers.AnnMigratedTo, b.driver)
+	clone.Finalizers = slices.DeleteFunc(clone.Finalizers, func(f string) bool {
+		return f == storagehelpers.PVDeletionInTreeProtectionFinalizer
+	})
+	return b.updateVolume(ctx, clone, "migrated to "+b.driver)
+}
