@@ -40,11 +40,9 @@ func TestHarnessObjects(t *testing.T) {
 	}
 	defer w.Stop()
 
-	sc := testutil.NewSC("harness-sc", "harness.csi.example").Obj()
-	sc.ResourceVersion = ""
-	if _, err := c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Named after the namespace, and deleted at the end: the class is
+	// cluster-scoped and the control plane is shared (go test -count=N).
+	sc := testutil.CreateClass(t, c, testutil.NewSC(ns+"-sc", "harness.csi.example").Obj())
 	pvc := testutil.NewPVC(ns, "claim").Class(sc.Name).RV("").Obj()
 	created, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
