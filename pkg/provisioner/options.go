@@ -159,11 +159,11 @@ func WithStrictTopology(on bool) Option {
 	return func(c *config) { c.strictTopology = on }
 }
 
-// WithTopology(false) ignores the driver's VOLUME_ACCESSIBILITY_CONSTRAINTS
-// capability, as upstream with --feature-gates=Topology=false: no
-// accessibility requirements in CreateVolume, no node affinity on the PV,
-// no reschedule after ResourceExhausted, and no Node or CSINode informer.
-// The default is true.
+// WithTopology is the Topology feature gate (default true). False ignores
+// the driver's VOLUME_ACCESSIBILITY_CONSTRAINTS capability, as upstream
+// with --feature-gates=Topology=false: no accessibility requirements in
+// CreateVolume, no node affinity on the PV, no reschedule after
+// ResourceExhausted, and no Node or CSINode informer.
 func WithTopology(on bool) Option {
 	return func(c *config) { c.topologyOff = !on }
 }

@@ -110,8 +110,8 @@ func TestProbeWhileBusy(t *testing.T) {
 				}
 			case <-time.After(10 * time.Second):
 				d.mu.Unlock()
-				<-answered
-				t.Errorf("Probe did not answer within 10s while another call held the driver's lock")
+				err := <-answered // let the goroutine finish before the driver is closed
+				t.Errorf("Probe did not answer within 10s while another call held the driver's lock (then: %v)", err)
 			}
 		})
 	}
