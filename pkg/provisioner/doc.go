@@ -123,7 +123,8 @@
 //     scheduler to select a node.
 //   - A claim with Immediate binding and no selected node is taken, when
 //     ImmediateBinding is on, by the first node that sets selected-node to
-//     itself: each node waits a per-claim delay that grows with every
+//     itself, among the nodes that the class's allowedTopologies allow
+//     (with topology support, as upstream): each node waits a per-claim delay that grows with every
 //     attempt (BaseDelay doubling up to MaxDelay, with jitter) while
 //     looking whether another node took it, then, with GetCapacity, checks
 //     that the volume fits on this node, then writes the annotation. A

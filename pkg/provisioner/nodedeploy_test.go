@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
@@ -186,6 +187,58 @@ func TestNodeDeploymentShouldProvision(t *testing.T) {
 			t.Errorf("events = %q, want none", events)
 		}
 	})
+}
+
+// TestNodeDeploymentAllowedTopologies checks that a node whose topology the
+// class's allowedTopologies exclude does not take an immediate-binding claim
+// (as upstream's checkNode): had it taken it, the claim would stay selected
+// for a node on which it can never be provisioned, and no node that the
+// class allows would take it. A node the class allows takes it.
+func TestNodeDeploymentAllowedTopologies(t *testing.T) {
+	tests := []struct {
+		name      string
+		opts      []Option
+		caps      func() csiclient.Capabilities
+		class     *storagev1.StorageClass
+		wantTaken bool
+	}{
+		{name: "other zone only", class: newClass().AllowedTopology(keyZone, "a").Obj()},
+		{name: "other zone only, strict topology", opts: []Option{WithStrictTopology(true)}, class: newClass().AllowedTopology(keyZone, "a").Obj()},
+		{name: "this zone allowed", class: newClass().AllowedTopology(keyZone, "a", "z9").Obj(), wantTaken: true},
+		{name: "this rack allowed, strict topology", opts: []Option{WithStrictTopology(true)}, class: newClass().AllowedTopology(keyRack, "r9").Obj(), wantTaken: true},
+		// Without VOLUME_ACCESSIBILITY_CONSTRAINTS allowedTopologies play
+		// no part in provisioning, as upstream.
+		{name: "driver without topology", caps: baseCaps, class: newClass().AllowedTopology(keyZone, "a").Obj(), wantTaken: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caps := topologyCaps
+			if tt.caps != nil {
+				caps = tt.caps
+			}
+			for _, call := range []string{"ShouldProvision", "Provision"} {
+				t.Run(call, func(t *testing.T) {
+					claim := newClaim("c").Obj()
+					h := newHarness(t, caps(), append(cluster(), claim, tt.class), append(tt.opts, withNode())...)
+					if call == "ShouldProvision" {
+						h.p.ShouldProvision(h.ctx, claim)
+					} else {
+						_, _, err := h.provision(claim, tt.class)
+						if !tt.wantTaken && !isIgnored(err) {
+							t.Errorf("Provision error = %v, want an IgnoredError", err)
+						}
+					}
+					taken := selectedNodeName(h.liveClaim(claim)) == thisNode
+					if taken != tt.wantTaken {
+						t.Errorf("claim taken by this node = %v, want %v (writes %q)", taken, tt.wantTaken, h.writes())
+					}
+					if !tt.wantTaken && len(h.driver.createCalls()) != 0 {
+						t.Errorf("CreateVolume calls = %d, want none", len(h.driver.createCalls()))
+					}
+				})
+			}
+		})
+	}
 }
 
 // TestNodeDeploymentCheckProvision checks that the binder's check only
