@@ -176,7 +176,8 @@ func (p *Provisioner) nodeShouldProvision(ctx context.Context, claim *corev1.Per
 		p.explainImmediateOff(ctx, claim, className)
 		return false
 	}
-	owned, taken, _, err := p.becomeOwner(ctx, claim, class)
+	// becomeOwner's own log lines (why this node declines) name the claim.
+	owned, taken, _, err := p.becomeOwner(klog.NewContext(ctx, logger), claim, class)
 	switch {
 	case err != nil:
 		logger.V(4).Info("Not taking the claim", "reason", err)

@@ -841,3 +841,44 @@ func TestNodeDeploymentGuard(t *testing.T) {
 		}
 	})
 }
+
+// TestNodeDeploymentDeclineLogNamesClaim checks that when a node declines an
+// immediate-binding claim in ShouldProvision (the usual path), its V(2) log
+// line names the claim: the README promises that each node logs its reason,
+// and the reason alone ("node n9 has not enough capacity ...") does not say
+// for which claim.
+func TestNodeDeploymentDeclineLogNamesClaim(t *testing.T) {
+	tests := []struct {
+		name  string
+		class *storagev1.StorageClass
+		mod   func(*NodeDeployment)
+	}{
+		{
+			name: "not enough capacity", class: newClass().Obj(),
+			mod: func(nd *NodeDeployment) {
+				nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{AvailableCapacity: 1}}).get
+			},
+		},
+		{name: "class excludes this node", class: newClass().AllowedTopology(keyZone, "a").Obj(), mod: func(*NodeDeployment) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim := newClaim("c").Obj()
+			h := newHarness(t, topologyCaps(), objs(claim, tt.class), withNode(tt.mod))
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
+			if h.p.ShouldProvision(klog.NewContext(h.ctx, logger), claim) {
+				t.Fatal("ShouldProvision = true")
+			}
+			text := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			var line string
+			for l := range strings.Lines(text) {
+				if strings.Contains(l, "Not taking the claim") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, `pvc="ns/c"`) {
+				t.Errorf("decline log line %q does not name the claim; log:\n%s", line, text)
+			}
+		})
+	}
+}
