@@ -172,7 +172,8 @@ type Controller struct {
 
 // New creates a controller publishing the capacity of driver (named
 // driverName) in namespace, writing through client. It takes the
-// StorageClass, Node, CSINode and PersistentVolume informers from factory
+// StorageClass, Node, CSINode, PersistentVolume and PersistentVolumeClaim
+// informers from factory
 // and registers its handlers on them, so factory must be started after New.
 // It fails on missing arguments, invalid options, or when the metrics cannot
 // be registered.
@@ -218,6 +219,7 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 
 	classes := factory.Storage().V1().StorageClasses()
 	volumes := factory.Core().V1().PersistentVolumes()
+	claims := factory.Core().V1().PersistentVolumeClaims()
 	c.classLister = classes.Lister()
 
 	handlers := []struct {
@@ -227,6 +229,7 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 		{c.objInformer, cache.ResourceEventHandlerFuncs{AddFunc: c.onObject, UpdateFunc: func(_, obj any) { c.onObject(obj) }, DeleteFunc: c.onObjectDelete}},
 		{classes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onTopologyChange, UpdateFunc: c.onClassUpdate, DeleteFunc: c.onTopologyChange}},
 		{volumes.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onVolume, UpdateFunc: c.onVolumeUpdate, DeleteFunc: c.onVolumeDelete}},
+		{claims.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: c.onClaimUpdate}},
 	}
 	if cfg.node == "" {
 		// The segments of every node: watch Nodes and CSINodes. In node

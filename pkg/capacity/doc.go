@@ -75,6 +75,11 @@
 //     with its node affinity (a segment's storage is shared by all
 //     classes), or all of its class's items when it has no node affinity.
 //     This refreshes capacity right after provisioning and deletion;
+//   - when an unbound claim loses its selected-node annotation (the
+//     provisioning library hands it back to the scheduler after
+//     RESOURCE_EXHAUSTED on that node): every item of the claim's class, as
+//     upstream refreshes a class after a failed provisioning, so that the
+//     scheduler does not pick the same node on stale capacity again;
 //   - when its object is deleted by someone else (it is created again), or
 //     when it has more than one object.
 //

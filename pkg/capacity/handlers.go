@@ -7,8 +7,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/tools/cache"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 )
+
+// annSelectedNode is the annotation with which the scheduler selects a
+// node for a claim with delayed binding.
+const annSelectedNode = storagehelpers.AnnSelectedNode
 
 // Event handlers. They only queue keys and recompute the desired items; all
 // API writes happen in the sync functions.
@@ -132,6 +137,44 @@ func (c *Controller) onVolumeDelete(obj any) {
 	}
 	if pv, ok := obj.(*corev1.PersistentVolume); ok {
 		c.queueForVolume(pv, "deleted")
+	}
+}
+
+// onClaimUpdate handles a claim handed back to the scheduler: its
+// selected-node annotation removed while it is still unbound, which the
+// provisioning library does when the driver could not create the volume
+// on that node (RESOURCE_EXHAUSTED) or the node is gone. The published
+// capacity that led the scheduler there may be stale, so the items of the
+// claim's class are refreshed at once, as upstream's provision wrapper
+// refreshes them after a failed provisioning; otherwise the scheduler
+// could pick the same node again until the next poll.
+func (c *Controller) onClaimUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
+	n, ok2 := newObj.(*corev1.PersistentVolumeClaim)
+	if !ok1 || !ok2 || n.Spec.VolumeName != "" {
+		return
+	}
+	_, had := o.Annotations[annSelectedNode]
+	_, has := n.Annotations[annSelectedNode]
+	if !had || has {
+		return
+	}
+	class := storagehelpers.GetPersistentVolumeClaimClass(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		return
+	}
+	queued := 0
+	for key, it := range c.desired {
+		if it.class == class {
+			c.queue.Add(key)
+			queued++
+		}
+	}
+	if queued > 0 {
+		c.logger.V(4).Info("Claim rescheduled; refreshing capacity", "pvc", klog.KObj(n), "storageClass", class,
+			"previousNode", o.Annotations[annSelectedNode], "items", queued)
 	}
 }
 

@@ -130,6 +130,38 @@ func TestPVRefresh(t *testing.T) {
 	}
 }
 
+// TestClaimRescheduledRefresh covers which claim updates refresh capacity:
+// only the removal of selected-node from an unbound claim, and then the
+// items of the claim's class in every segment.
+func TestClaimRescheduledRefresh(t *testing.T) {
+	objs := objects(one(wffc("fast"), wffc("bulk")), zoneNode("n1", "a"), zoneNode("n2", "b"))
+	claim := func(class string) *testutil.PVCBuilder { return testutil.NewPVC("ns", "c").Class(class) }
+	selected := func(class string) *testutil.PVCBuilder { return claim(class).Annotation(annSelectedNode, "n1") }
+	tests := []struct {
+		name     string
+		old, new *corev1.PersistentVolumeClaim
+		want     []string
+	}{
+		{
+			name: "selected node removed", old: selected("fast").Obj(), new: claim("fast").RV("2").Obj(),
+			want: []string{itemKey("fast", zone("a")), itemKey("fast", zone("b"))},
+		},
+		{name: "selected node removed, class without items", old: selected("gone").Obj(), new: claim("gone").RV("2").Obj()},
+		{name: "selected node set", old: claim("fast").Obj(), new: selected("fast").RV("2").Obj()},
+		{name: "selected node kept", old: selected("fast").Obj(), new: selected("fast").RV("2").Obj()},
+		{name: "bound", old: selected("fast").Obj(), new: claim("fast").RV("2").VolumeName("pv").Obj()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, objs, &fakeDriver{})
+			h.c.onClaimUpdate(tt.old, tt.new)
+			if diff := cmp.Diff(tt.want, h.drain()); diff != "" {
+				t.Errorf("queued (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestTopologyEvents(t *testing.T) {
 	objs := objects(one(wffc("fast")), zoneNode("n1", "a"), zoneNode("n2", "b"))
 	existing := csc("csisc-b", "fast", "b", 1)

@@ -145,6 +145,35 @@ func TestRunEvents(t *testing.T) {
 		fmt.Sprintf("fast/%s=9Gi", zone("a")), fmt.Sprintf("fast/%s=9Gi", zone("b")), fmt.Sprintf("fast/%s=9Gi", zone("c")))
 }
 
+// TestRunClaimRescheduled checks that a claim of a class handed back to the
+// scheduler (its selected-node annotation removed, as the provisioning
+// library does when CreateVolume answered RESOURCE_EXHAUSTED on that node)
+// refreshes the objects of its class at once, as upstream's provision
+// wrapper does after a failed provisioning: otherwise the scheduler keeps
+// picking the node whose stale object promises room until the next poll.
+func TestRunClaimRescheduled(t *testing.T) {
+	const selectedNode = "volume.kubernetes.io/selected-node"
+	claim := testutil.NewPVC("ns", "c").Class("fast").Annotation(selectedNode, "n1").Obj()
+	objs := objects(one(wffc("fast")), one(wffc("other")), zoneNode("n1", "a"), zoneNode("n2", "b"), one(claim))
+	driver := &fakeDriver{available: gi(10)}
+	_, client := runController(t, objs, driver, WithPollInterval(time.Hour), WithRetry(10*time.Millisecond, 50*time.Millisecond))
+	ctx := t.Context()
+	waitPublished(t, client, "initial objects",
+		fmt.Sprintf("fast/%s=10Gi", zone("a")), fmt.Sprintf("fast/%s=10Gi", zone("b")),
+		fmt.Sprintf("other/%s=10Gi", zone("a")), fmt.Sprintf("other/%s=10Gi", zone("b")))
+
+	// Out-of-band use filled the storage; the driver refuses the volume.
+	driver.set(gi(1), nil)
+	rescheduled := claim.DeepCopy()
+	delete(rescheduled.Annotations, selectedNode)
+	if _, err := client.CoreV1().PersistentVolumeClaims("ns").Update(ctx, rescheduled, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update claim: %v", err)
+	}
+	waitPublished(t, client, "the rescheduled claim's class refreshed",
+		fmt.Sprintf("fast/%s=1Gi", zone("a")), fmt.Sprintf("fast/%s=1Gi", zone("b")),
+		fmt.Sprintf("other/%s=10Gi", zone("a")), fmt.Sprintf("other/%s=10Gi", zone("b")))
+}
+
 // TestRunNodeDeployment runs a node's controller in node deployment: it
 // publishes its own segment only (not the other nodes' CSINodes), labels
 // its object with its node, and leaves another node's object alone.
