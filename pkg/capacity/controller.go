@@ -50,7 +50,7 @@ const (
 // satisfies it.
 //
 // GetCapacity receives the class's parameters and one segment as accessible
-// topology, never volume capabilities. It is called concurrently (once per
+// topology (none for the empty segment), never volume capabilities. It is called concurrently (once per
 // busy worker), must honour ctx and should bound its own duration (the
 // controller adds no timeout). An error means "capacity unknown": the
 // published object is left unchanged and the item is retried with backoff.
@@ -476,10 +476,16 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 		c.forgetCreated(key, dup.Name)
 	}
 
-	resp, err := c.driver.GetCapacity(ctx, &csi.GetCapacityRequest{
-		Parameters:         csiclient.DriverParameters(class.Parameters),
-		AccessibleTopology: &csi.Topology{Segments: maps.Clone(it.segment)},
-	})
+	req := &csi.GetCapacityRequest{Parameters: csiclient.DriverParameters(class.Parameters)}
+	if len(it.segment) > 0 {
+		// The empty segment (no topology keys) covers every node: the
+		// request asks for all the storage. The CSI spec forbids
+		// accessible_topology unless the plugin has
+		// VOLUME_ACCESSIBILITY_CONSTRAINTS, which a driver without
+		// topology keys typically lacks.
+		req.AccessibleTopology = &csi.Topology{Segments: maps.Clone(it.segment)}
+	}
+	resp, err := c.driver.GetCapacity(ctx, req)
 	if err != nil {
 		return fmt.Errorf("get capacity for storage class %s and segment %s: %w", it.class, it.segment, err)
 	}

@@ -312,22 +312,49 @@ func TestSync(t *testing.T) {
 // TestGetCapacityRequest checks the request: the class's parameters as
 // CreateVolume gets them (without the sidecar's csi.storage.k8s.io/ keys,
 // which upstream passes on and drivers that check their parameters
-// refuse) and the segment.
+// refuse) and the segment, or no accessible topology at all for the empty
+// segment of a driver without topology keys: the CSI spec forbids the
+// field unless the plugin has VOLUME_ACCESSIBILITY_CONSTRAINTS
+// (GetCapacityRequest.accessible_topology), and the empty segment covers
+// every node, which is what a request without it asks for.
 func TestGetCapacityRequest(t *testing.T) {
-	driver := &fakeDriver{available: 1}
-	class := wffc("fast")
-	class.Parameters["csi.storage.k8s.io/fstype"] = "xfs"
-	class.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = "secret"
-	h := newHarness(t, objects(one(class), zoneNode("n1", "a")), driver)
-	if err := h.c.syncItem(testContext(t), itemKey("fast", zone("a"))); err != nil {
-		t.Fatalf("syncItem: %v", err)
+	class := func() *storagev1.StorageClass {
+		c := wffc("fast")
+		c.Parameters["csi.storage.k8s.io/fstype"] = "xfs"
+		c.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = "secret"
+		return c
 	}
-	want := []*csi.GetCapacityRequest{{
-		Parameters:         map[string]string{"type": "fast"},
-		AccessibleTopology: &csi.Topology{Segments: map[string]string{zoneKey: "a"}},
-	}}
-	if diff := cmp.Diff(want, driver.calls(), protocmp.Transform()); diff != "" {
-		t.Errorf("GetCapacity requests (-want +got):\n%s", diff)
+	tests := []struct {
+		name  string
+		nodes []runtime.Object
+		seg   segment
+		want  *csi.GetCapacityRequest
+	}{
+		{
+			name: "segment", nodes: zoneNode("n1", "a"), seg: zone("a"),
+			want: &csi.GetCapacityRequest{
+				Parameters:         map[string]string{"type": "fast"},
+				AccessibleTopology: &csi.Topology{Segments: map[string]string{zoneKey: "a"}},
+			},
+		},
+		{
+			name:  "driver without topology keys",
+			nodes: one(testutil.NewNode("n1", nil), testutil.NewCSINode("n1", testDriver)), seg: segment{},
+			want: &csi.GetCapacityRequest{Parameters: map[string]string{"type": "fast"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			driver := &fakeDriver{available: 1}
+			h := newHarness(t, objects(one(class()), tt.nodes), driver)
+			if err := h.c.syncItem(testContext(t), itemKey("fast", tt.seg)); err != nil {
+				t.Fatalf("syncItem: %v", err)
+			}
+			want := []*csi.GetCapacityRequest{tt.want}
+			if diff := cmp.Diff(want, driver.calls(), protocmp.Transform()); diff != "" {
+				t.Errorf("GetCapacity requests (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

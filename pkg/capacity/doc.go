@@ -51,7 +51,9 @@
 // # The Driver contract
 //
 // [Driver.GetCapacity] is called with the class's parameters, the segment as
-// accessible topology and no volume capabilities. It may be called
+// accessible topology (none for the empty segment of a driver without
+// topology keys, as the CSI spec requires of a plugin without
+// VOLUME_ACCESSIBILITY_CONSTRAINTS) and no volume capabilities. It may be called
 // concurrently (one call per worker) and must honour ctx. The controller adds
 // no timeout of its own: the implementation is expected to bound each call.
 // A non-nil error means the capacity is unknown: the object is left as it is
