@@ -52,8 +52,9 @@ const (
 // GetCapacity receives the class's parameters and one segment as accessible
 // topology (none for the empty segment), never volume capabilities. It is
 // called concurrently (once per busy worker), must honour ctx and should
-// bound its own duration (the controller adds no timeout). An error means "capacity unknown": the
-// published object is left unchanged and the item is retried with backoff.
+// bound its own duration (the controller adds no timeout). An error means
+// "capacity unknown": the published object is left unchanged and the item
+// is retried with backoff.
 // A response's available capacity is published as is, zero included; its
 // maximum volume size, when set, too.
 type Driver interface {
