@@ -50,8 +50,13 @@ func makeSparseFile(path string, size int64) error {
 // mode and its holes, and fsyncs dst: the caller acknowledges the copy
 // (a clone, restore or snapshot) right after, so it must survive a power
 // loss. The caller fsyncs dst's directory.
+//
+// src must still be a regular file when it is opened: the volume's user may
+// have replaced it since the caller looked, with a symbolic link (to a file
+// of the host, which would end up in the copy) or a FIFO (whose open would
+// block the driver for ever). Neither is followed nor waited for.
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
@@ -59,6 +64,9 @@ func copyFile(src, dst string) error {
 	fi, err := in.Stat()
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("copy %s: not a regular file (%s)", src, fi.Mode().Type())
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
 	if err != nil {
