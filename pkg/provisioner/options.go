@@ -122,8 +122,12 @@ func (c *config) validate(driverName string) error {
 		return errors.Join(errs...)
 	}
 	if !c.identitySet {
-		// Upstream's form: <unix ms>-<random 0..9999>-<driver>.
+		// Upstream's form: <unix ms>-<random 0..9999>-<driver>, and
+		// -<node> after it in node deployment.
 		c.identity = fmt.Sprintf("%d-%d-%s", c.clock.Now().UnixMilli(), rand.IntN(10000), driverName)
+		if c.node != nil {
+			c.identity += "-" + c.node.NodeName
+		}
 	}
 	return nil
 }

@@ -118,15 +118,30 @@ func TestNewInformers(t *testing.T) {
 	}
 }
 
+// TestDefaultIdentity: upstream's form, <unix ms>-<random 0..9999>-<driver>,
+// and in node deployment -<node> after it, as upstream.
 func TestDefaultIdentity(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.UnixMilli(1700000000123))
-	client := fake.NewClientset()
-	p, err := New(client, &fakeDriver{caps: baseCaps()}, informers.NewSharedInformerFactory(client, 0), WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if re := regexp.MustCompile(`^1700000000123-\d{1,4}-` + regexp.QuoteMeta(testDriver) + `$`); !re.MatchString(p.Identity()) {
-		t.Errorf("identity = %q, want <ms>-<0..9999>-<driver>", p.Identity())
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{name: "central", want: `^1700000000123-\d{1,4}-` + regexp.QuoteMeta(testDriver) + `$`},
+		{name: "node deployment", opts: []Option{withNode()}, want: `^1700000000123-\d{1,4}-` + regexp.QuoteMeta(testDriver) + `-` + thisNode + `$`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.UnixMilli(1700000000123))
+			client := fake.NewClientset()
+			caps := baseCaps()
+			caps.VolumeAccessibility = true
+			p, err := New(client, &fakeDriver{caps: caps}, informers.NewSharedInformerFactory(client, 0), append(tt.opts, WithClock(clk))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !regexp.MustCompile(tt.want).MatchString(p.Identity()) {
+				t.Errorf("identity = %q, want %s", p.Identity(), tt.want)
+			}
+		})
 	}
 }
 
