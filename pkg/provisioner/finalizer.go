@@ -211,6 +211,18 @@ func (l *ledger) idle(uid types.UID) bool {
 	return l.states[uid].idle()
 }
 
+// over reports whether no CreateVolume for the claim can still be running:
+// the volume was created, or the last call got a final answer.
+func (l *ledger) over(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.states[uid] {
+	case attemptCreated, attemptFinal, attemptReleased:
+		return true
+	}
+	return false
+}
+
 // unknown reports whether this process knows nothing of the claim's
 // CreateVolume calls (it started after the claim got the finalizer).
 func (l *ledger) unknown(uid types.UID) bool {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
@@ -272,14 +273,39 @@ func isIgnoredError(err error) bool {
 }
 
 // releaseSnapshotOf removes the source protection from the snapshot a
-// claim is restored from, once no CreateVolume for it is in flight. A
-// failure only logs: the finalizer then stays until a later attempt removes
-// it or the snapshot's owner does.
+// claim is restored from, once no CreateVolume for it is in flight, unless
+// another pending claim restores from the same snapshot and this process
+// does not know its restore to be over (its CreateVolume may still read
+// the snapshot): the last restore done removes it, or the sweep, which
+// keeps it on the same condition. A failure only logs: the finalizer then
+// stays until a later attempt or the sweep removes it.
 func (p *Provisioner) releaseSnapshotOf(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan) {
 	if pl.snapshot == "" {
 		return
 	}
-	if err := p.releaseSnapshot(ctx, pl.sourceNamespace, pl.snapshot); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not remove the snapshot's source protection", "snapshot", klog.KRef(pl.sourceNamespace, pl.snapshot))
+	logger := klog.FromContext(ctx).WithValues("snapshot", klog.KRef(pl.sourceNamespace, pl.snapshot))
+	if others := p.otherRestores(claim.UID, pl.sourceNamespace+"/"+pl.snapshot); len(others) > 0 {
+		logger.V(4).Info("Keeping the snapshot's source protection: other claims restore from it", "pvcs", others)
+		return
 	}
+	if err := p.releaseSnapshot(ctx, pl.sourceNamespace, pl.snapshot); err != nil {
+		logger.Error(err, "Could not remove the snapshot's source protection")
+	}
+}
+
+// otherRestores returns the pending claims, other than the one with UID
+// self, that restore from the snapshot with key namespace/name and whose
+// restore this process does not know to be over.
+func (p *Provisioner) otherRestores(self types.UID, key string) []klog.ObjectRef {
+	var refs []klog.ObjectRef
+	for _, obj := range p.claimInf.GetStore().List() {
+		c, ok := obj.(*corev1.PersistentVolumeClaim)
+		if !ok || c.UID == self || (c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "") {
+			continue
+		}
+		if p.restoreSourceOf(c) == key && !p.attempts.over(c.UID) {
+			refs = append(refs, klog.KObj(c))
+		}
+	}
+	return refs
 }

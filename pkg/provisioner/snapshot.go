@@ -33,7 +33,8 @@ import (
 // volume mode differs from the claim's needs the allow-volume-mode-change
 // annotation. Before the first CreateVolume the snapshot gets
 // SnapshotFinalizer (when RBAC allows it), removed once the volume exists
-// or a final answer says none will; a snapshot being deleted is refused,
+// or a final answer says none will, and no other pending claim may still
+// be restoring from the snapshot; a snapshot being deleted is refused,
 // unless it carries that finalizer (a restore already started).
 
 // SnapshotFinalizer is upstream's finalizer on a VolumeSnapshot that a

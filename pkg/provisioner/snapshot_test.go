@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
@@ -307,5 +308,49 @@ func TestSnapshotSweepWithoutSnapshotAPI(t *testing.T) {
 	h := newHarness(t, snapshotCaps(), nil, WithSnapshotClient(snaps))
 	if err := h.p.sweepSnapshots(h.ctx); err != nil {
 		t.Errorf("sweep without the snapshot API: %v", err)
+	}
+}
+
+// TestRestoreKeepsProtectionForOtherRestores: two claims restore from the
+// same snapshot. The first restore done must not remove the snapshot's
+// protection while the second one's CreateVolume still reads the snapshot;
+// the last one done removes it.
+func TestRestoreKeepsProtectionForOtherRestores(t *testing.T) {
+	group := ptr.To(snapshotAPIGroup)
+	first := newClaim("first").DataSource(group, kindVolumeSnapshot, "snap").Obj()
+	second := newClaim("second").DataSource(group, kindVolumeSnapshot, "snap").Obj()
+	snap, content := readySnapshot()
+	snaps := snapfake.NewSimpleClientset(snap, content) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+	class := newClass().Obj()
+	h := newHarness(t, snapshotCaps(), objs(first, second, class), WithSnapshotClient(snaps))
+	protected := func() bool {
+		t.Helper()
+		live, err := snaps.SnapshotV1().VolumeSnapshots(testNS).Get(t.Context(), "snap", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(live.Finalizers, SnapshotFinalizer)
+	}
+
+	// While the second claim's CreateVolume runs, the first claim is
+	// restored.
+	var during bool
+	h.driver.onCreate = func(req *csi.CreateVolumeRequest) {
+		if req.GetName() != h.p.VolumeName(second) {
+			return
+		}
+		if _, state, err := h.provision(first, class); err != nil || state != controller.ProvisioningFinished {
+			t.Errorf("Provision(first) = %v, %v", state, err)
+		}
+		during = protected()
+	}
+	if _, state, err := h.provision(second, class); err != nil || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision(second) = %v, %v", state, err)
+	}
+	if !during {
+		t.Errorf("the first restore done removed the protection of the snapshot while the second one's CreateVolume ran")
+	}
+	if protected() {
+		t.Errorf("the last restore done left the snapshot protected")
 	}
 }
