@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -323,5 +325,22 @@ func TestCloneSourceSync(t *testing.T) {
 				t.Errorf("writes %v, finalizers %v; want one update removing only %s", writes, live.Finalizers, CloneFinalizer)
 			}
 		})
+	}
+}
+
+// TestCloneSourceKeptIsLogged: a source claim kept Terminating by its
+// cloning protection says why in a log line of the default verbosity,
+// naming the source and the pending clone (upstream logs a warning at
+// every retry); otherwise nothing explains the Terminating claim.
+func TestCloneSourceKeptIsLogged(t *testing.T) {
+	src := newClaim("src").VolumeName("pv-src").Phase(corev1.ClaimBound).Finalizers(CloneFinalizer).Deleted().Obj()
+	h := newHarness(t, cloneCaps(), objs(src, cloneOf("src").Phase(corev1.ClaimPending).Obj()))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
+	if err := h.p.cloneSourceSync(klog.NewContext(h.ctx, logger), testNS+"/src"); err != nil {
+		t.Fatal(err)
+	}
+	text := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if !strings.Contains(text, `pvc="ns/src"`) || !strings.Contains(text, "clone") {
+		t.Errorf("no log line at verbosity 0 explains the kept source; log:\n%s", text)
 	}
 }

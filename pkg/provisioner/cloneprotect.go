@@ -96,7 +96,9 @@ func (p *Provisioner) cloneSourceSync(ctx context.Context, key string) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	if pending := p.pendingClones(key); len(pending) > 0 {
-		logger.V(4).Info("Keeping the cloning protection: clones are pending", "clones", pending)
+		// The only explanation of a source left Terminating: at the
+		// default verbosity (it runs when the source or a clone changes).
+		logger.Info("Source claim is being deleted but keeps its cloning protection while clones of it are pending", "finalizer", CloneFinalizer, "clones", pending)
 		return nil
 	}
 	clone := claim.DeepCopy()
@@ -111,8 +113,8 @@ func (p *Provisioner) cloneSourceSync(ctx context.Context, key string) error {
 	return nil
 }
 
-// pendingClones returns the names, sorted, of the pending claims that clone
-// the claim with key namespace/name.
+// pendingClones returns the keys (namespace/name), sorted, of the pending
+// claims that clone the claim with key namespace/name.
 func (p *Provisioner) pendingClones(key string) []string {
 	objs, err := p.claimInf.GetIndexer().ByIndex(indexClaimByCloneSource, key)
 	if err != nil {
@@ -121,7 +123,7 @@ func (p *Provisioner) pendingClones(key string) []string {
 	var names []string
 	for _, o := range objs {
 		if c, ok := o.(*corev1.PersistentVolumeClaim); ok && (c.Status.Phase == corev1.ClaimPending || c.Status.Phase == "") {
-			names = append(names, c.Name)
+			names = append(names, c.Namespace+"/"+c.Name)
 		}
 	}
 	slices.Sort(names)
