@@ -1,9 +1,11 @@
 package provisioner
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
 
@@ -284,6 +287,19 @@ func TestSnapshotSweep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSnapshotSweepAtStart: the first sweep runs as soon as the claims are
+// known, not one interval later.
+func TestSnapshotSweepAtStart(t *testing.T) {
+	left := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "left", Finalizers: []string{SnapshotFinalizer}}}
+	snaps := snapfake.NewSimpleClientset(left) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+	h := newHarness(t, snapshotCaps(), nil, WithSnapshotClient(snaps))
+	go h.p.RunSnapshotSweep(h.ctx, time.Hour) // returns when the test ends
+	testutil.Eventually(t, 0, "the protection left on a snapshot was not swept at start", func(ctx context.Context) (bool, error) {
+		s, err := snaps.SnapshotV1().VolumeSnapshots(testNS).Get(ctx, "left", metav1.GetOptions{})
+		return err == nil && len(s.Finalizers) == 0, err
+	})
 }
 
 // runSnapshotInformer runs NewSnapshotInformer on snaps until the test

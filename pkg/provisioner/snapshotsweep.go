@@ -11,11 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
-// RunSnapshotSweep removes SnapshotFinalizer, every interval, from the
-// VolumeSnapshots that no pending claim restores from: upstream's sweep of
+// RunSnapshotSweep removes SnapshotFinalizer, once the claims are known and
+// then every interval, from the VolumeSnapshots that no pending claim restores from: upstream's sweep of
 // orphaned finalizers (--snapshot-orphan-sweep-interval). Provision already
 // removes the finalizer after a restore; the sweep catches what a crash or
 // a deleted claim left behind, which would otherwise block the snapshot's
@@ -28,6 +29,18 @@ func (p *Provisioner) RunSnapshotSweep(ctx context.Context, interval time.Durati
 	}
 	logger := klog.FromContext(ctx).WithName("snapshot-sweep")
 	ctx = klog.NewContext(ctx, logger)
+	sweep := func() {
+		if err := p.sweepSnapshots(ctx); err != nil {
+			logger.Error(err, "Snapshot finalizer sweep failed; the next one retries")
+		}
+	}
+	// The first sweep as soon as the claims are known, as upstream's: a
+	// protection left by a sidecar that died between a restore and its
+	// release would otherwise wait a whole interval.
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
+		return
+	}
+	sweep()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -35,12 +48,7 @@ func (p *Provisioner) RunSnapshotSweep(ctx context.Context, interval time.Durati
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if !p.HasSynced() {
-				continue
-			}
-			if err := p.sweepSnapshots(ctx); err != nil {
-				logger.Error(err, "Snapshot finalizer sweep failed; the next one retries")
-			}
+			sweep()
 		}
 	}
 }
