@@ -97,6 +97,14 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil || cur.UID != claim.UID {
 		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim no longer exists"}
 	}
+	if cur.Spec.VolumeName != "" {
+		// Bound since the library's copy was taken (as the library's own
+		// check, on the current claim): another CreateVolume could create
+		// the volume again after the bound one was deleted (upstream
+		// issue #1469), and the finalizer it needs would sit on a bound
+		// claim.
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: fmt.Sprintf("the claim is bound to volume %s", cur.Spec.VolumeName)}
+	}
 	if p.node != nil {
 		if cur, err = p.ownedCopy(cur, claim, taken); err != nil {
 			return nil, controller.ProvisioningFinished, err

@@ -241,6 +241,21 @@ func TestInflightFinalizer(t *testing.T) {
 			wantState: controller.ProvisioningFinished, wantIgnore: true,
 		},
 		{
+			// The library's copy is from before the bind (its claims in
+			// progress, or the cache before an update that came during
+			// prepare): a bound claim gets no CreateVolume, and no
+			// finalizer that the guard would take off while it runs.
+			name:  "the library's copy is pending but the current claim is bound",
+			claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").VolumeName("pvc-uid-c").Obj() },
+			libCopy: func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+				c = c.DeepCopy()
+				c.Spec.VolumeName = ""
+				inflight.Add(c)
+				return c
+			},
+			wantState: controller.ProvisioningFinished, wantIgnore: true,
+		},
+		{
 			name: "claim gone from the informer", claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Finalizers(inflight.Finalizer).Obj() },
 			notInCache: true, wantState: controller.ProvisioningFinished, wantIgnore: true, wantFinal: true,
 		},
