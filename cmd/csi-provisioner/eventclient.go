@@ -1,8 +1,17 @@
 package main
 
 import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"github.com/kube-storage/csi-provisioner/internal/events"
 )
@@ -46,4 +55,72 @@ type coreV1WithEvents struct {
 
 func (c coreV1WithEvents) Events(namespace string) typedcorev1.EventInterface {
 	return c.writer.Wrap(c.events.Events(namespace))
+}
+
+// broadcasterFlushTimeout bounds how long Shutdown of the sidecar's
+// broadcaster waits for the events recorded before it to reach the writer.
+// They are only correlated and queued on the way, microseconds each, so
+// this is reached only when the marker could not be recorded.
+const broadcasterFlushTimeout = 2 * time.Second
+
+// flushingBroadcaster is the sidecar's event broadcaster (newBroadcaster).
+// client-go's Shutdown closes the broadcaster and ends the goroutine that
+// hands recorded events to the sink without waiting for the events still
+// buffered for it: of a burst recorded just before a stop, most were never
+// queued on the events.Writer and so never written. Shutdown therefore
+// first records a marker event and waits until the sink receives it: the
+// goroutine hands events over one at a time, in the order they were
+// recorded, so every event recorded before Shutdown is queued by then. The
+// marker itself is not written.
+type flushingBroadcaster struct {
+	record.EventBroadcaster
+	sink   *markerSink
+	logger klog.Logger
+}
+
+// Shutdown waits (up to broadcasterFlushTimeout) until the events recorded
+// before the call are queued on the writer, then shuts the broadcaster
+// down.
+func (b *flushingBroadcaster) Shutdown() {
+	uid := uuid.NewUUID()
+	arrived := b.sink.expect(uid)
+	marker := &corev1.ObjectReference{Kind: "Marker", Namespace: "default", Name: "flush", UID: uid}
+	b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi-provisioner-flush"}).
+		Event(marker, corev1.EventTypeNormal, "Flush", "events recorded before this one are queued")
+	select {
+	case <-arrived:
+	case <-time.After(broadcasterFlushTimeout):
+		b.logger.Info("Stopping the event broadcaster before its recorded events reached the writer", "timeout", broadcasterFlushTimeout)
+	}
+	b.EventBroadcaster.Shutdown()
+}
+
+// markerSink is an event sink that passes events on to its EventSink,
+// except the marker it expects, whose arrival it only reports.
+type markerSink struct {
+	record.EventSink
+	mu      sync.Mutex
+	uid     types.UID
+	arrived chan struct{}
+}
+
+// expect makes uid the marker and returns a channel closed when an event
+// about it reaches the sink.
+func (s *markerSink) expect(uid types.UID) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.uid, s.arrived = uid, make(chan struct{})
+	return s.arrived
+}
+
+func (s *markerSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	s.mu.Lock()
+	if s.arrived != nil && e.InvolvedObject.UID == s.uid {
+		close(s.arrived)
+		s.arrived = nil
+		s.mu.Unlock()
+		return e, nil
+	}
+	s.mu.Unlock()
+	return s.EventSink.Create(e)
 }

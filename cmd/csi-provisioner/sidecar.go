@@ -370,12 +370,15 @@ const eventCorrelatorCacheSize = 512
 
 // newBroadcaster returns the event broadcaster of the provisioner and the
 // binder (the provisioning library has its own). Its writes to client's
-// events are queued on the events.Writer of eventSplitClient.
+// events are queued on the events.Writer of eventSplitClient; its Shutdown
+// returns once what was recorded before is queued there (see
+// flushingBroadcaster).
 func newBroadcaster(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
 	b := record.NewBroadcaster(record.WithContext(ctx),
 		record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize}))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return b
+	sink := &markerSink{EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}}
+	b.StartRecordingToSink(sink)
+	return &flushingBroadcaster{EventBroadcaster: b, sink: sink, logger: klog.FromContext(ctx)}
 }
 
 // newRecorder returns a recorder for component on b that drops a repeated
