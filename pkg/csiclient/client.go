@@ -21,7 +21,10 @@ import (
 const (
 	DefaultCallTimeout    = 10 * time.Second
 	DefaultConnectTimeout = 30 * time.Second
-	DefaultProbeTimeout   = 5 * time.Minute
+	// DefaultProbeTimeout is 0: wait for the driver to be ready for as long
+	// as it takes, as upstream's ProbeForever (each Probe bounded by the call
+	// timeout; a Probe error other than a timeout ends the wait).
+	DefaultProbeTimeout = 0
 )
 
 // ErrNotUnixSocket is returned by [Connect] for an address that is not a unix
@@ -49,7 +52,7 @@ func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callT
 func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
 
 // WithProbeTimeout bounds the wait for the driver's Probe to report ready.
-// Default 5m.
+// 0, the default, waits until ctx is done, as upstream.
 func WithProbeTimeout(d time.Duration) Option { return func(o *options) { o.probeTimeout = d } }
 
 // WithMetrics records csi_sidecar_operations_seconds for every call in m
@@ -197,10 +200,15 @@ func checkAddress(address string) error {
 
 func (c *Client) init(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
-	probeCtx, cancel := context.WithTimeout(ctx, o.probeTimeout)
-	defer cancel()
+	probeCtx, bound := ctx, "until it is ready"
+	if o.probeTimeout > 0 {
+		var cancel context.CancelFunc
+		probeCtx, cancel = context.WithTimeout(ctx, o.probeTimeout)
+		defer cancel()
+		bound = "up to " + o.probeTimeout.String()
+	}
 	if err := rpc.ProbeForever(probeCtx, c.conn, o.callTimeout); err != nil {
-		return fmt.Errorf("probe the CSI driver at %q (waiting up to %s for it to be ready): %w", c.address, o.probeTimeout, err)
+		return fmt.Errorf("probe the CSI driver at %q (waiting %s for it to be ready): %w", c.address, bound, err)
 	}
 	// Each call gets the whole call timeout, as CreateVolume does; they do
 	// not share one.

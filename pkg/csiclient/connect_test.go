@@ -293,6 +293,17 @@ func TestConnectWaitsForProbe(t *testing.T) {
 			},
 		},
 		{
+			// Upstream's ProbeForever: no bound of our own.
+			name: "not ready, then ready, with no bound on the wait (0, the default)",
+			expect: func(d *testDriver) {
+				gomock.InOrder(
+					d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(ready(false), nil).Times(1),
+					d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(ready(true), nil).Times(1),
+				)
+			},
+			opts: []csiclient.Option{csiclient.WithProbeTimeout(0)},
+		},
+		{
 			name: "probe fails",
 			expect: func(d *testDriver) {
 				d.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.FailedPrecondition, "disk missing")).Times(1)
