@@ -408,10 +408,10 @@ func (s *stack) waitConverged(timeout time.Duration) finalState {
 		if err != nil {
 			return false, nil // kube-apiserver or the driver restarting
 		}
-		done := len(fs.violations) == 0 && len(fs.unreclaimed) == 0
+		done := len(fs.violations) == 0 && len(fs.unreclaimed) == 0 && len(fs.deleting) == 0
 		if !done && time.Since(lastLog) > 30*time.Second {
 			lastLog = time.Now()
-			t.Logf("not converged yet: %d violations, unreclaimed PVs %v:\n%s", len(fs.violations), fs.unreclaimed, formatViolations(fs.violations))
+			t.Logf("not converged yet: %d violations, unreclaimed PVs %v, claims being deleted %v:\n%s", len(fs.violations), fs.unreclaimed, fs.deleting, formatViolations(fs.violations))
 		}
 		return done, nil
 	})
@@ -425,6 +425,7 @@ type finalState struct {
 	driverIDs   []string
 	violations  []Violation
 	unreclaimed []string // Delete PVs whose claim is gone
+	deleting    []string // claims with a deletionTimestamp, still there
 }
 
 func (s *stack) observe(ctx context.Context) (finalState, error) {
@@ -442,17 +443,32 @@ func (s *stack) observe(ctx context.Context) (finalState, error) {
 	}
 	fs.claims, fs.pvs = claims.Items, pvs.Items
 	fs.violations = CheckFinal(fs.claims, fs.pvs, driverName, fs.driverIDs)
+	fs.unreclaimed, fs.deleting = unsettled(fs.claims, fs.pvs)
+	return fs, nil
+}
+
+// unsettled lists what the invariants of CheckFinal allow but a converged
+// run must not have: Delete PVs whose claim is gone (not reclaimed yet), and
+// claims being deleted that are still there. A deleted claim that stays
+// Bound passes CheckFinal; nothing here (no pod uses a claim, and
+// kube-controller-manager's protection controller runs) keeps it for long
+// but a finalizer the sidecar failed to remove, and its volume is then
+// never reclaimed.
+func unsettled(claims []corev1.PersistentVolumeClaim, pvs []corev1.PersistentVolume) (unreclaimed, deleting []string) {
 	uids := map[string]bool{}
-	for _, c := range fs.claims {
+	for _, c := range claims {
 		uids[string(c.UID)] = true
-	}
-	for _, pv := range fs.pvs {
-		ref := pv.Spec.ClaimRef
-		if pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete && (ref == nil || !uids[string(ref.UID)]) {
-			fs.unreclaimed = append(fs.unreclaimed, fmt.Sprintf("%s (%s)", pv.Name, pv.Status.Phase))
+		if c.DeletionTimestamp != nil {
+			deleting = append(deleting, fmt.Sprintf("%s/%s (%s, finalizers %v)", c.Namespace, c.Name, c.Status.Phase, c.Finalizers))
 		}
 	}
-	return fs, nil
+	for _, pv := range pvs {
+		ref := pv.Spec.ClaimRef
+		if pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete && (ref == nil || !uids[string(ref.UID)]) {
+			unreclaimed = append(unreclaimed, fmt.Sprintf("%s (%s)", pv.Name, pv.Status.Phase))
+		}
+	}
+	return unreclaimed, deleting
 }
 
 // scanLogs fails on a panic or a data race in any sidecar or driver log.

@@ -266,3 +266,62 @@ func assertViolations(t *testing.T, got []Violation, want []string) {
 		t.Errorf("violations:\n  %s\nwant %v", strings.Join(lines, "\n  "), want)
 	}
 }
+
+// TestUnsettled: a run has not converged while a Delete PV outlives its
+// claim or a deleted claim is still there, Bound or not (CheckFinal accepts
+// a Bound one being deleted).
+func TestUnsettled(t *testing.T) {
+	claim := func(name, uid string, deleting bool) corev1.PersistentVolumeClaim {
+		c := testutil.NewPVC("ns", name).UID(uid).VolumeName("pv-" + name).Phase(corev1.ClaimBound).Obj()
+		if deleting {
+			now := metav1.Now()
+			c.DeletionTimestamp = &now
+		}
+		return *c
+	}
+	pv := func(name, claimName, claimUID string, policy corev1.PersistentVolumeReclaimPolicy) corev1.PersistentVolume {
+		v := testutil.NewPV(name, testDriver).ReclaimPolicy(policy).ClaimRef("ns", claimName, claimUID).Obj()
+		v.Spec.CSI.VolumeHandle = "h-" + name
+		return *v
+	}
+	for _, tc := range []struct {
+		name                          string
+		claims                        []corev1.PersistentVolumeClaim
+		pvs                           []corev1.PersistentVolume
+		wantUnreclaimed, wantDeleting int
+	}{
+		{
+			name:   "converged",
+			claims: []corev1.PersistentVolumeClaim{claim("a", "u1", false)},
+			pvs: []corev1.PersistentVolume{
+				pv("pv-a", "a", "u1", corev1.PersistentVolumeReclaimDelete),
+				pv("pv-kept", "gone", "u0", corev1.PersistentVolumeReclaimRetain),
+			},
+		},
+		{
+			name:            "a Delete PV whose claim is gone",
+			pvs:             []corev1.PersistentVolume{pv("pv-a", "a", "u1", corev1.PersistentVolumeReclaimDelete)},
+			wantUnreclaimed: 1,
+		},
+		{
+			name:         "a deleted claim still Bound",
+			claims:       []corev1.PersistentVolumeClaim{claim("a", "u1", true)},
+			pvs:          []corev1.PersistentVolume{pv("pv-a", "a", "u1", corev1.PersistentVolumeReclaimDelete)},
+			wantDeleting: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ids []string
+			for _, v := range tc.pvs {
+				ids = append(ids, v.Spec.CSI.VolumeHandle)
+			}
+			if vs := CheckFinal(tc.claims, tc.pvs, testDriver, ids); tc.wantDeleting > 0 && len(vs) > 0 {
+				t.Fatalf("CheckFinal already reports %v", vs)
+			}
+			unreclaimed, deleting := unsettled(tc.claims, tc.pvs)
+			if len(unreclaimed) != tc.wantUnreclaimed || len(deleting) != tc.wantDeleting {
+				t.Errorf("unsettled = %v, %v; want %d unreclaimed, %d deleting", unreclaimed, deleting, tc.wantUnreclaimed, tc.wantDeleting)
+			}
+		})
+	}
+}
