@@ -145,7 +145,8 @@ func (r *Recorder) list(ctx context.Context, kind string, afterGap bool) (string
 			items = append(items, &l.Items[i])
 		}
 	}
-	if _, err := ParseRevision(rv); err != nil {
+	listRev, err := ParseRevision(rv)
+	if err != nil {
 		return "", err
 	}
 	seen := map[string]bool{}
@@ -154,14 +155,21 @@ func (r *Recorder) list(ctx context.Context, kind string, afterGap bool) (string
 	}
 	if afterGap {
 		// The object went some time between its last known state and the
-		// list. Its deletion is recorded right after that last state: the
-		// earliest it can have happened, so that no check fails on an
-		// object that may already have been gone (a transition inside a
-		// gap can go unseen, never be invented).
+		// list. Its deletion is recorded where no check can fail on a
+		// moment it may not have had (a transition inside a gap can go
+		// unseen, never be invented): a claim's right after its last
+		// known state, the earliest it can have gone, since a check
+		// fails on a claim that exists; a volume's at the list's
+		// revision, the latest, since a check fails on a volume deleted
+		// while its claim exists. (A volume's last known state usually
+		// comes before its claim's: the binder writes the volume first.)
 		r.mu.Lock()
 		for key, rec := range r.live {
 			if strings.HasPrefix(key, kind+"/") && !seen[key] {
 				rec.Deleted = true
+				if rec.Volume != nil {
+					rec.Revision = listRev
+				}
 				r.appendLocked(key, rec)
 			}
 		}
