@@ -365,6 +365,12 @@ wait:
 	elapsed := time.Since(start)
 	cpuAfter := b.cpuByProcess()
 	res.CPUPerVolumeMillis = cpuPerVolume(cpuBefore, cpuAfter, n)
+	// The write rate is over the same interval as the throughput: what
+	// the API server took until the last claim was Bound.
+	atBound, err := scrapeRequests(ctx, b.c)
+	if err != nil {
+		return err
+	}
 	// Events are written after the fact; count them once they have settled.
 	after, err := b.settledRequests(ctx)
 	if err != nil {
@@ -383,20 +389,24 @@ wait:
 	if res.Ceiling.VolumesPerSecond > 0 {
 		res.Provision.FractionOfCeiling = res.Provision.VolumesPerSecond / res.Ceiling.VolumesPerSecond
 	}
-	b.recordAPI(ctx, res, after.diff(before), elapsed)
+	b.recordAPI(ctx, res, after.diff(before), atBound.diff(before), elapsed)
 	return nil
 }
 
-// recordAPI records the API requests d made while the claims were
-// provisioned in elapsed: per volume, the provisioner's own share, and the
-// write rate against the ceiling's.
-func (b *bench) recordAPI(ctx context.Context, res *result, d requestCounts, elapsed time.Duration) {
+// recordAPI records the API requests d made for the claims provisioned in
+// elapsed, events settled after it: per volume, the provisioner's own
+// share. The write rate against the ceiling's is that of untilBound, the
+// requests made in elapsed.
+func (b *bench) recordAPI(ctx context.Context, res *result, d, untilBound requestCounts, elapsed time.Duration) {
 	n := b.o.N
+	res.Provision.WritesPerSecond = (untilBound.volumeWrites() + untilBound.events()) / elapsed.Seconds()
+	if late := d.volumeWrites() + d.events() - untilBound.volumeWrites() - untilBound.events(); late > 0 {
+		logf("%.0f claim, PV and event writes came after the last claim was Bound (counted per volume, not in the write rate)", late)
+	}
 	// The benchmark itself created the N claims and watches them: report the
 	// system's work per volume without them.
 	d[requestKey{Verb: "POST", Resource: "persistentvolumeclaims"}] -= float64(n)
 	res.API = apiCost(d, n)
-	res.Provision.WritesPerSecond = (d.volumeWrites() + float64(n) + d.events()) / elapsed.Seconds()
 	if res.Ceiling.WritesPerSecond > 0 {
 		res.Provision.WriteFractionOfCeiling = res.Provision.WritesPerSecond / res.Ceiling.WritesPerSecond
 	}

@@ -64,7 +64,9 @@ type phase struct {
 	// clients (the benchmark's creates included) during the phase, per
 	// second; WriteFractionOfCeiling compares it with the ceiling's
 	// WritesPerSecond: near 1, the API server is what limits the phase.
-	// Events are counted once they have settled, a little after the phase.
+	// Writes after the phase (events still queued when the last claim was
+	// Bound) are not part of it; the per-volume counts of [api] wait for
+	// them.
 	WritesPerSecond        float64 `json:",omitempty"`
 	WriteFractionOfCeiling float64 `json:",omitempty"`
 	P50, P95, P99          float64 `json:",omitempty"`
