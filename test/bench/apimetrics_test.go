@@ -38,3 +38,24 @@ func TestRecordAPIRate(t *testing.T) {
 		t.Errorf("per volume: %v writes, %v events; want 5 and 1 (benchmark's creates excluded, settled events included)", res.API.WritesPerVolume, res.API.EventsPerVolume)
 	}
 }
+
+// TestProvisionerWrites: the provisioner's event updates (PATCH) are not
+// object writes; its updates and the PV creates are. The counters are those
+// of a -binder kcm run (test/bench/runs/kcm-binder-rate20.json, N=400).
+func TestProvisionerWrites(t *testing.T) {
+	sidecar := map[string]float64{
+		`rest_client_requests_total{code="200",host="h",method="GET"}`:   102,
+		`rest_client_requests_total{code="200",host="h",method="PATCH"}`: 326,
+		`rest_client_requests_total{code="200",host="h",method="PUT"}`:   800,
+		`rest_client_requests_total{code="201",host="h",method="POST"}`:  1200,
+		`rest_client_requests_total{code="409",host="h",method="POST"}`:  163,
+		`rest_client_requests_total{code="409",host="h",method="PUT"}`:   97,
+	}
+	d := requestCounts{{Verb: "POST", Resource: "persistentvolumes"}: 563, {Verb: "PATCH", Resource: "events"}: 965}
+	if got, want := provisionerWrites(sidecar, d), 800.0+97+563; got != want {
+		t.Errorf("provisionerWrites = %v, want %v (PUTs and PV creates, no event PATCH)", got, want)
+	}
+	if got := provisionerWrites(nil, d); got != 0 {
+		t.Errorf("without request counters: %v, want 0", got)
+	}
+}

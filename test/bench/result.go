@@ -78,9 +78,10 @@ type api struct {
 	// patches per volume, excluding the benchmark's own PVC creates.
 	WritesPerVolume float64
 	// ProvisionerWritesPerVolume counts the object writes of the provisioner
-	// process alone: its own client's PUT/PATCH/DELETE requests plus the PV
-	// creates (only a provisioner creates PVs here). Zero when the
-	// provisioner does not serve client-go's request metrics.
+	// process alone: its own client's PUT/DELETE requests plus the PV
+	// creates (only a provisioner creates PVs here); its PATCHes are event
+	// updates (see provisionerWrites). Zero when the provisioner does not
+	// serve client-go's request metrics.
 	ProvisionerWritesPerVolume float64 `json:",omitempty"`
 	// EventsPerVolume counts event creates and patches per volume.
 	EventsPerVolume float64
