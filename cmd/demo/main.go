@@ -62,9 +62,9 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	if !keep {
-		defer func() { _ = os.RemoveAll(dir) }()
-	}
+	// With --keep too: Ctrl-C stops every process, and what is left in the
+	// directory (etcd's data, certificates, logs) serves nothing then.
+	defer func() { _ = os.RemoveAll(dir) }()
 
 	s.step("Starting a local control plane: etcd, kube-apiserver, and kube-controller-manager with only the PVC/PV protection controllers (no PV binder: the sidecar binds)")
 	cp, err := controlplane.Start(ctx, controlplane.Config{Dir: filepath.Join(dir, "controlplane")})
