@@ -211,6 +211,14 @@ func (l *ledger) idle(uid types.UID) bool {
 	return l.states[uid].idle()
 }
 
+// wasCreated reports whether a CreateVolume for the claim succeeded and no
+// other has begun since.
+func (l *ledger) wasCreated(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.states[uid] == attemptCreated
+}
+
 // over reports whether no CreateVolume for the claim can still be running:
 // the volume was created, or the last call got a final answer.
 func (l *ledger) over(uid types.UID) bool {

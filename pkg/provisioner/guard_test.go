@@ -20,6 +20,7 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
@@ -369,5 +370,41 @@ func TestChangeInflight(t *testing.T) {
 	}
 	if !inflight.Has(h.liveClaim(replaced)) {
 		t.Error("the finalizer of the new claim was removed")
+	}
+}
+
+// TestCreatedVolumeNotCreatedAgain: the library may call Provision again
+// after a CreateVolume succeeded, before its informer has the PV it saved.
+// With the PV saved, no second CreateVolume is sent (a slow one could
+// create the volume again after the claim was bound, deleted and its volume
+// deleted); without it, the call is repeated as before (idempotent).
+func TestCreatedVolumeNotCreatedAgain(t *testing.T) {
+	for _, saved := range []bool{true, false} {
+		t.Run(fmt.Sprintf("PV saved %v", saved), func(t *testing.T) {
+			claim, class := newClaim("c").Obj(), newClass().Obj()
+			h := newHarness(t, baseCaps(), objs(claim, class))
+			pv, _, err := h.provision(claim, class)
+			if err != nil || pv == nil {
+				t.Fatalf("Provision = %v, %v; want a PV", pv, err)
+			}
+			if saved {
+				// As the library saves it: bound to the claim.
+				pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+				if _, err := h.client.CoreV1().PersistentVolumes().Create(h.ctx, pv, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again, state, err := h.provision(claim, class)
+			calls := len(h.driver.createCalls())
+			if saved {
+				if again != nil || state != controller.ProvisioningFinished || !isIgnoredError(err) || calls != 1 {
+					t.Errorf("second Provision = %v, %v, %v with %d CreateVolume calls; want an ignored error and no second call", again, state, err, calls)
+				}
+				return
+			}
+			if again == nil || err != nil || calls != 2 {
+				t.Errorf("second Provision = %v, %v with %d CreateVolume calls; want the PV from a repeated call", again, err, calls)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
@@ -112,6 +113,20 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	}
 	if !inflight.Has(cur) {
 		p.attempts.observeClean(cur.UID)
+	}
+	if p.attempts.wasCreated(cur.UID) {
+		// The library calls again before its informer has the PV it saved.
+		// Another CreateVolume would be answered from the existing volume,
+		// but if it were slow, the claim could meanwhile be bound, deleted
+		// and its volume deleted, and the late call would create it again
+		// with no PV: ask the API server first.
+		saved, err := p.savedVolume(ctx, cur)
+		if err != nil {
+			return nil, controller.ProvisioningNoChange, err
+		}
+		if saved {
+			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the volume was created and its PV " + p.VolumeName(cur) + " is saved"}
+		}
 	}
 	if pl.cloneOf != "" {
 		if err := p.protectCloneSource(ctx, pl.sourceNamespace, pl.cloneOf); err != nil {
@@ -278,6 +293,20 @@ func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolum
 func isIgnoredError(err error) bool {
 	var ignored *controller.IgnoredError
 	return errors.As(err, &ignored)
+}
+
+// savedVolume reports whether the API server has the PV of the volume
+// this process created for claim.
+func (p *Provisioner) savedVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim) (bool, error) {
+	name := p.VolumeName(claim)
+	pv, err := p.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get the PV %s of the volume created for the claim: %w", name, err)
+	}
+	return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID, nil
 }
 
 // releaseSnapshotOf removes the source protection from the snapshot a
