@@ -92,41 +92,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, state, err
 	}
 
-	// The informer's copy is newer than the library's, which may be the copy
-	// it kept when the claim was last seen in progress.
-	cur, err := p.claims.PersistentVolumeClaims(claim.Namespace).Get(claim.Name)
-	if err != nil || cur.UID != claim.UID {
-		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim no longer exists"}
-	}
-	if cur.Spec.VolumeName != "" {
-		// Bound since the library's copy was taken (as the library's own
-		// check, on the current claim): another CreateVolume could create
-		// the volume again after the bound one was deleted (upstream
-		// issue #1469), and the finalizer it needs would sit on a bound
-		// claim.
-		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: fmt.Sprintf("the claim is bound to volume %s", cur.Spec.VolumeName)}
-	}
-	if p.node != nil {
-		if cur, err = p.ownedCopy(cur, claim, taken); err != nil {
-			return nil, controller.ProvisioningFinished, err
-		}
-	}
-	if !inflight.Has(cur) {
-		p.attempts.observeClean(cur.UID)
-	}
-	if p.attempts.wasCreated(cur.UID) {
-		// The library calls again before its informer has the PV it saved.
-		// Another CreateVolume would be answered from the existing volume,
-		// but if it were slow, the claim could meanwhile be bound, deleted
-		// and its volume deleted, and the late call would create it again
-		// with no PV: ask the API server first.
-		saved, err := p.savedVolume(ctx, cur)
-		if err != nil {
-			return nil, controller.ProvisioningNoChange, err
-		}
-		if saved {
-			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the volume was created and its PV " + p.VolumeName(cur) + " is saved"}
-		}
+	cur, state, err := p.currentClaim(ctx, claim, taken)
+	if err != nil {
+		return nil, state, err
 	}
 	if pl.cloneOf != "" {
 		if err := p.protectCloneSource(ctx, pl.sourceNamespace, pl.cloneOf); err != nil {
@@ -293,6 +261,48 @@ func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolum
 func isIgnoredError(err error) bool {
 	var ignored *controller.IgnoredError
 	return errors.As(err, &ignored)
+}
+
+// currentClaim returns the informer's copy of claim, which is newer than
+// the library's (that may be the copy it kept when the claim was last seen
+// in progress), or the state and error to return when no CreateVolume may
+// be sent for it now.
+func (p *Provisioner) currentClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim, taken bool) (*corev1.PersistentVolumeClaim, controller.ProvisioningState, error) {
+	cur, err := p.claims.PersistentVolumeClaims(claim.Namespace).Get(claim.Name)
+	if err != nil || cur.UID != claim.UID {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim no longer exists"}
+	}
+	if cur.Spec.VolumeName != "" {
+		// Bound since the library's copy was taken (as the library's own
+		// check, on the current claim): another CreateVolume could create
+		// the volume again after the bound one was deleted (upstream
+		// issue #1469), and the finalizer it needs would sit on a bound
+		// claim.
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: fmt.Sprintf("the claim is bound to volume %s", cur.Spec.VolumeName)}
+	}
+	if p.node != nil {
+		if cur, err = p.ownedCopy(cur, claim, taken); err != nil {
+			return nil, controller.ProvisioningFinished, err
+		}
+	}
+	if !inflight.Has(cur) {
+		p.attempts.observeClean(cur.UID)
+	}
+	if p.attempts.wasCreated(cur.UID) {
+		// The library calls again before its informer has the PV it saved.
+		// Another CreateVolume would be answered from the existing volume,
+		// but if it were slow, the claim could meanwhile be bound, deleted
+		// and its volume deleted, and the late call would create it again
+		// with no PV: ask the API server first.
+		saved, err := p.savedVolume(ctx, cur)
+		if err != nil {
+			return nil, controller.ProvisioningNoChange, err
+		}
+		if saved {
+			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the volume was created and its PV " + p.VolumeName(cur) + " is saved"}
+		}
+	}
+	return cur, controller.ProvisioningFinished, nil
 }
 
 // savedVolume reports whether the API server has the PV of the volume
