@@ -149,6 +149,8 @@ func lateBinding(class *storagev1.StorageClass) bool {
 // claim it tries to take, as upstream does in ShouldProvision. A claim
 // taken by this call is provisioned when the informer delivers it with this
 // node selected. Claims of other nodes are not errors: no event, a V(4) log.
+// An unexpected failure to take the claim (not a lost race, not a decline)
+// gives true, so that Provision tries again and its error is reported.
 func (p *Provisioner) nodeShouldProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	switch selected := selectedNodeName(claim); selected {
@@ -179,6 +181,14 @@ func (p *Provisioner) nodeShouldProvision(ctx context.Context, claim *corev1.Per
 	// becomeOwner's own log lines (why this node declines) name the claim.
 	owned, taken, _, err := p.becomeOwner(klog.NewContext(ctx, logger), claim, class)
 	switch {
+	case err != nil && !isIgnoredError(err) && ctx.Err() == nil:
+		// Not a reason to leave the claim to others (the selected-node
+		// update failed otherwise): as upstream, Provision tries again, and
+		// the library reports its error in a Warning event and retries with
+		// backoff. False would leave the claim, unexplained, until its next
+		// update or the library's resync.
+		logger.V(2).Info("Could not take the claim in advance; trying again in Provision", "err", err)
+		return true
 	case err != nil:
 		logger.V(4).Info("Not taking the claim", "reason", err)
 		return false

@@ -167,6 +167,33 @@ func TestNodeDeploymentShouldProvision(t *testing.T) {
 		}
 	})
 
+	// A failure to take an immediate claim other than losing the race (the
+	// selected-node update fails: API server down, a webhook refuses it)
+	// does not drop the claim silently until the library's resync: as
+	// upstream, ShouldProvision lets Provision try again, whose error the
+	// library reports in a Warning event and retries with backoff. Losing
+	// the race (a conflict) still keeps the claim from Provision.
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "update fails otherwise: Provision tries again", err: apierrors.NewInternalError(errors.New("etcd down")), want: true},
+		{name: "update conflicts: another writer won", err: apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c", errors.New("stale"))},
+	} {
+		t.Run("no selected node, Immediate: "+tt.name, func(t *testing.T) {
+			claim := newClaim("c").Obj()
+			h := newHarness(t, topologyCaps(), objs(newClass().Obj(), claim), withNode())
+			h.failOn("update", "persistentvolumeclaims", tt.err)
+			if got := h.p.ShouldProvision(h.ctx, claim); got != tt.want {
+				t.Errorf("ShouldProvision = %v, want %v", got, tt.want)
+			}
+			if creates := h.driver.createCalls(); len(creates) != 0 {
+				t.Errorf("CreateVolume calls = %d, want none from ShouldProvision", len(creates))
+			}
+		})
+	}
+
 	// Without a selected node no node can tell that a misconfigured claim
 	// is its own: none reports it.
 	t.Run("no selected node, class of another provisioner: no event", func(t *testing.T) {
