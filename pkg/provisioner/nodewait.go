@@ -174,8 +174,8 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 }
 
 // explainNoCapacity is called when this node declined claim for capacity
-// (too little room, or GetCapacity failed). Unless another node takes the
-// claim within the grace period, it posts the claim's one untaken-claim
+// (too little room, or GetCapacity failed). Unless a node (another, or this
+// one later) takes the claim within the grace period, it posts the claim's one untaken-claim
 // event with this node's reason. Declined again later (an update of the
 // claim, the library's resync), it renews the event once its explanation
 // is events.RefreshInterval old, so that a claim Pending for days keeps it
@@ -201,6 +201,12 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		cur, err := p.unowned(claim)
 		if err != nil {
 			return // taken, bound or gone: nothing to explain
+		}
+		if selectedNodeName(cur) == p.node.NodeName {
+			// This node took it since (a volume of its own was deleted)
+			// and is provisioning it.
+			p.node.untaken.forget(cur.UID)
+			return
 		}
 		if p.node.untaken.firstExplanation(cur.UID, p.cfg.clock.Now()) {
 			p.postUntaken(ctx, cur, message)

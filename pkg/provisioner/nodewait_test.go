@@ -200,6 +200,48 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 	}
 }
 
+// TestNodeDeploymentExplainUntakenTakenHere checks that a node that declined
+// a claim for capacity and then took it itself within the grace period (a
+// volume of its own was deleted meanwhile) does not post "no node took the
+// claim" for the claim it is provisioning: the grace period's check sees
+// the claim selected for this node, not taken by nobody.
+func TestNodeDeploymentExplainUntakenTakenHere(t *testing.T) {
+	const (
+		baseDelay = 10 * time.Second
+		maxDelay  = 20 * time.Second
+		grace     = 30 * time.Second
+	)
+	clk := clocktesting.NewFakeClock(time.Now())
+	nd := testNodeDeployment(func(nd *NodeDeployment) { nd.BaseDelay, nd.MaxDelay = baseDelay, maxDelay })
+	nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{AvailableCapacity: gi - 1}}).get
+	claim := newClaim("c").Obj()
+	h := newHarness(t, topologyCaps(), append(cluster(), claim, newClass().Obj()), WithNodeDeployment(nd), WithClock(clk))
+
+	res := make(chan provisionResult, 1)
+	go func() {
+		if h.p.ShouldProvision(h.ctx, claim) {
+			res <- provisionResult{err: errors.New("ShouldProvision = true")}
+		}
+		res <- provisionResult{}
+	}()
+	if got := drive(t, clk, res, func() {}, 2*maxDelay, 1); got.err != nil {
+		t.Fatal(got.err)
+	}
+	if !h.p.node.untaken.has(claim.UID) {
+		t.Fatal("the decline is not recorded")
+	}
+	// This node takes the claim (its write arrives) and is provisioning it
+	// when the grace period ends.
+	h.selectNode(t, "c", thisNode)
+	clk.Step(grace)
+	testutil.Eventually(t, 0, "the grace period's check", func(context.Context) (bool, error) {
+		return !h.p.node.untaken.has(claim.UID) || countOf(h.writes(), "create events") > 0, nil
+	})
+	if creates := countOf(h.writes(), "create events"); creates != 0 {
+		t.Errorf("event creates = %d (%q), want none: this node took the claim", creates, h.writes())
+	}
+}
+
 // TestRequeueFreedCapacity covers volumeDeleted: when a PV of this node's
 // driver on this node goes, the claims this node declined for capacity
 // that may fit now (request at most the room reported then plus the
