@@ -165,7 +165,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "QPS to use while communicating with the kubernetes apiserver; events have a second budget of the same size. (upstream default 5)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst to use while communicating with the kubernetes apiserver. (upstream default 10)")
 
-	fs.StringVar(&c.CSIAddress, "csi-address", "/run/csi/socket", "The gRPC endpoint for the CSI driver: a unix socket path or unix:// URL.")
+	fs.StringVar(&c.CSIAddress, "csi-address", "/run/csi/socket", "The gRPC endpoint for the CSI driver: a unix socket path, or a unix:// or unix: URL.")
 	fs.DurationVar(&c.CSIConnectTimeout, "csi-connect-timeout", 30*time.Second, "How long to wait for the CSI driver's socket at start-up.")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "Timeout for every call to the CSI driver.")
 

@@ -90,6 +90,7 @@ func TestFlagErrors(t *testing.T) {
 		{name: "retry start above max", args: []string{"--retry-interval-start=10m"}, wantErr: "--retry-interval-start"},
 		{name: "tcp csi address", args: []string{"--csi-address=tcp://127.0.0.1:10000"}, wantErr: "--csi-address: CSI driver at \"tcp://127.0.0.1:10000\": the CSI endpoint must be a unix domain socket"},
 		{name: "relative csi address", args: []string{"--csi-address=csi.sock"}, wantErr: "must be absolute"},
+		{name: "relative unix: csi address", args: []string{"--csi-address=unix:csi.sock"}, wantErr: "must be absolute"},
 		{name: "no capacity workers", args: []string{"--capacity-threads=0"}, wantErr: "--capacity-threads must be at least 1"},
 		{name: "zero capacity qps", args: []string{"--kube-api-capacity-qps=0"}, wantErr: "--kube-api-capacity-qps"},
 		{name: "zero capacity poll interval", args: []string{"--capacity-poll-interval=0s"}, wantErr: "--capacity-poll-interval must be positive"},
@@ -230,5 +231,26 @@ func TestNodeDeploymentBinder(t *testing.T) {
 		if err != nil {
 			t.Errorf("%v: Validate() = %v", tt.args, err)
 		}
+	}
+}
+
+// TestCSIAddressForms: every spelling of a unix socket that upstream
+// (csi-lib-utils and gRPC) dials is accepted, unix:/path included.
+func TestCSIAddressForms(t *testing.T) {
+	for _, address := range []string{"/run/csi/socket", "unix:///run/csi/socket", "unix:/run/csi/socket"} {
+		t.Run(address, func(t *testing.T) {
+			c, err := parseFlags([]string{"--csi-address=" + address}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := logsapi.ResetForTest(nil); err != nil {
+					t.Errorf("reset logging: %v", err)
+				}
+			})
+			if err := c.Validate(); err != nil {
+				t.Errorf("--csi-address=%s: %v", address, err)
+			}
+		})
 	}
 }

@@ -31,7 +31,7 @@ const (
 // domain socket. The CSI spec allows only unix sockets as endpoints; the
 // sidecar sends secrets over this connection without TLS, so a TCP endpoint
 // would expose them to the network.
-var ErrNotUnixSocket = errors.New("the CSI endpoint must be a unix domain socket (a path or unix:// URL)")
+var ErrNotUnixSocket = errors.New("the CSI endpoint must be a unix domain socket (a path, or a unix:// or unix: URL)")
 
 // Option configures [Connect].
 type Option func(*options)
@@ -127,7 +127,7 @@ type Client struct {
 	ctrl    csi.ControllerClient
 }
 
-// Connect dials the driver at address (a path or unix:// URL), waits until
+// Connect dials the driver at address (a path, or a unix:// or unix: URL), waits until
 // its Probe reports ready, and reads its name and capabilities once.
 // Progress is logged while it waits. Every error names the socket.
 func Connect(ctx context.Context, address string, opts ...Option) (*Client, error) {
@@ -148,9 +148,11 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 	logger.V(2).Info("Connecting to the CSI driver")
 
 	connOpts := []connection.Option{connection.WithTimeout(o.connectTimeout), connection.OnConnectionLoss(o.onLoss)}
-	conn, err := connection.Connect(ctx, address, o.metrics, connOpts...)
+	path := socketPath(address)
+	// csi-lib-utils installs its dialer, and with it OnConnectionLoss, only
+	// for a path or a unix:// URL; unix:/path would go to gRPC's resolver.
+	conn, err := connection.Connect(ctx, "unix://"+path, o.metrics, connOpts...)
 	if err != nil {
-		path := strings.TrimPrefix(address, "unix://")
 		if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
 			return nil, fmt.Errorf("connect to the CSI driver at %q within %s: the socket does not exist (is the driver running, and does it share the socket's directory with the sidecar?): %w", address, o.connectTimeout, err)
 		}
@@ -164,7 +166,8 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 	return c, nil
 }
 
-// CheckAddress accepts an absolute socket path, bare or as a unix:// URL,
+// CheckAddress accepts an absolute socket path, bare or as a unix:// or
+// unix: URL,
 // and refuses everything else ([ErrNotUnixSocket] for another scheme or a
 // host:port). The error names the address. Connect calls it first; a
 // command can call it to reject a bad flag before connecting.
@@ -177,9 +180,11 @@ func CheckAddress(address string) error {
 
 // checkAddress is CheckAddress without the address in the message.
 // csi-lib-utils dials only those as unix sockets; it hands anything else to
-// gRPC's name resolution, which would dial "localhost:10000" over TCP.
+// gRPC's name resolution, which would dial "localhost:10000" over TCP, and
+// unix:/path (gRPC's other spelling of a unix URL, which upstream accepts
+// that way) to a unix socket.
 func checkAddress(address string) error {
-	path, isURL := strings.CutPrefix(address, "unix://")
+	path, isURL := cutUnixScheme(address)
 	switch {
 	case address == "":
 		return errors.New("empty address")
@@ -189,13 +194,29 @@ func checkAddress(address string) error {
 		return nil
 	case isURL:
 		// gRPC would read "unix://run/csi.sock" as host "run".
-		return errors.New("the socket path of a unix:// URL must be absolute (unix:///path/to/socket)")
+		return errors.New("the socket path of a unix: URL must be absolute (unix:///path/to/socket or unix:/path/to/socket)")
 	case strings.Contains(address, ":"):
 		// Another scheme (tcp://, dns:///, passthrough:///) or host:port.
 		return ErrNotUnixSocket
 	default:
 		return errors.New("the socket path must be absolute")
 	}
+}
+
+// cutUnixScheme returns address without its unix:// or unix: scheme, and
+// whether it had one.
+func cutUnixScheme(address string) (string, bool) {
+	if path, ok := strings.CutPrefix(address, "unix://"); ok {
+		return path, true
+	}
+	return strings.CutPrefix(address, "unix:")
+}
+
+// socketPath returns the socket path of an address that checkAddress
+// accepted.
+func socketPath(address string) string {
+	path, _ := cutUnixScheme(address)
+	return path
 }
 
 func (c *Client) init(ctx context.Context, o options) error {

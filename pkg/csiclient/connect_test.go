@@ -367,6 +367,9 @@ func TestConnectAddressForms(t *testing.T) {
 	}{
 		{"path", func(socket string) string { return socket }},
 		{"unix URL", func(socket string) string { return "unix://" + socket }},
+		// gRPC's other spelling, which csi-lib-utils (upstream) accepts and
+		// charts use (--csi-address=unix:/csi/csi.sock).
+		{"unix URL without authority", func(socket string) string { return "unix:" + socket }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -405,6 +408,8 @@ func TestConnectRefusesAddress(t *testing.T) {
 		{address: "csi.sock"},
 		{address: "run/csi/socket"},
 		{address: "unix://run/csi/socket"},
+		{address: "unix:"},
+		{address: "unix:run/csi/socket"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.address, func(t *testing.T) {

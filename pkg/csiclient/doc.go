@@ -9,7 +9,8 @@
 // # Connecting
 //
 // [Connect] accepts only a unix domain socket named by an absolute path, bare
-// (/run/csi/socket) or as a URL (unix:///run/csi/socket); anything else,
+// (/run/csi/socket) or as a URL (unix:///run/csi/socket, or gRPC's
+// unix:/run/csi/socket, which upstream also dials); anything else,
 // TCP and gRPC resolver targets included, is refused with [ErrNotUnixSocket]
 // or another error before anything is dialled. It then waits, up to the probe
 // timeout, until the driver's Probe reports ready, and reads GetPluginInfo,
