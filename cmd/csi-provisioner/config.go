@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -233,7 +234,7 @@ func (f featureGateFlag) String() string {
 func parseFlags(args []string, output io.Writer) (*Config, error) {
 	c := newConfig()
 	fs := c.flagSet(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(attachedVerbosity(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(output)
 			fs.PrintDefaults()
@@ -251,6 +252,36 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 		c.EnableBinder = false
 	}
 	return c, nil
+}
+
+// attachedVerbosity returns args with -v<N> spelled -v=<N>. Upstream parses
+// its flags with pflag, where -v is the shorthand of --v and takes its value
+// attached too; Go's flag package would look for a flag named "v5". The
+// value of a flag given as the next argument (--volume-name-prefix -v5) is
+// left alone, as is everything from the first argument that is not a flag
+// or "--" on, where parsing stops.
+func attachedVerbosity(fs *flag.FlagSet, args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		arg := out[i]
+		if arg == "--" || len(arg) < 2 || arg[0] != '-' {
+			break
+		}
+		if n, ok := strings.CutPrefix(arg, "-v"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			out[i] = "-v=" + n
+			continue
+		}
+		name := strings.TrimLeft(arg, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // the next argument is this flag's value
+			}
+		}
+	}
+	return out
 }
 
 // Validate checks the combination of settings and applies the logging

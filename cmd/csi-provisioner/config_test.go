@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -250,6 +251,39 @@ func TestCSIAddressForms(t *testing.T) {
 			})
 			if err := c.Validate(); err != nil {
 				t.Errorf("--csi-address=%s: %v", address, err)
+			}
+		})
+	}
+}
+
+// TestVerbosityShorthand: upstream parses its flags with pflag, where -v is
+// the shorthand of --v and takes its value attached (-v5) as well as after
+// = or a space. The attached form is rewritten only where it is a flag, not
+// the value of the flag before it.
+func TestVerbosityShorthand(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantV      string
+		wantPrefix string
+	}{
+		{args: []string{"-v5"}, wantV: "5", wantPrefix: "pvc"},
+		{args: []string{"-v=5"}, wantV: "5", wantPrefix: "pvc"},
+		{args: []string{"-v", "5"}, wantV: "5", wantPrefix: "pvc"},
+		{args: []string{"--v=3", "-v12"}, wantV: "12", wantPrefix: "pvc"},
+		{args: []string{"--leader-election", "-v4"}, wantV: "4", wantPrefix: "pvc"},
+		{args: []string{"--volume-name-prefix", "-v5"}, wantV: "0", wantPrefix: "-v5"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			c, err := parseFlags(tt.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(c.Logging.Verbosity); got != tt.wantV {
+				t.Errorf("verbosity = %s, want %s", got, tt.wantV)
+			}
+			if c.VolumeNamePrefix != tt.wantPrefix {
+				t.Errorf("--volume-name-prefix = %q, want %q", c.VolumeNamePrefix, tt.wantPrefix)
 			}
 		})
 	}
