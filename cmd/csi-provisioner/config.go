@@ -322,6 +322,10 @@ func (c *Config) Validate() error {
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
 	case !strings.HasPrefix(c.MetricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
+	case c.MetricsPath == "/readyz" || c.MetricsPath == "/healthz/leader-election" || strings.HasPrefix(c.MetricsPath, "/debug/pprof/"):
+		// Served by the sidecar itself on the same address: two handlers
+		// for one path would panic at start.
+		return fmt.Errorf("--metrics-path %q is one of the sidecar's own paths (/readyz, /healthz/leader-election, /debug/pprof/)", c.MetricsPath)
 	}
 	if err := c.validateCapacity(); err != nil {
 		return err

@@ -84,6 +84,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "zero retry period", args: []string{"--leader-election", "--leader-election-retry-period=0s"}, wantErr: "leader election needs"},
 		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
 		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},
+		{name: "metrics on the readiness path", args: []string{"--http-endpoint=:8080", "--metrics-path=/readyz"}, wantErr: "one of the sidecar's own paths"},
+		{name: "metrics on a pprof path", args: []string{"--http-endpoint=:8080", "--metrics-path=/debug/pprof/heap"}, wantErr: "one of the sidecar's own paths"},
 		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
 		{name: "label with two colons", args: []string{"--leader-election-labels=a:b:c"}, wantErr: `"a:b:c" is not key:value`},
 		{name: "invalid label value", args: []string{"--leader-election-labels=a:b c"}, wantErr: `"a:b c" is not a valid label`},
