@@ -313,19 +313,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--retry-interval-start (%s) must be positive and at most --retry-interval-max (%s)", c.RetryIntervalStart, c.RetryIntervalMax)
 	case c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1:
 		return fmt.Errorf("--kube-api-qps (%v) must be positive and --kube-api-burst (%d) at least 1", c.KubeAPIQPS, c.KubeAPIBurst)
-	case c.HTTPEndpoint != "" && c.MetricsAddress != "":
-		return errors.New("only one of --http-endpoint and --metrics-address can be set")
 	case c.LeaderElection && (c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
 		c.LeaderElectionRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
 		// client-go's own checks, which would otherwise panic after start.
 		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
-	case !strings.HasPrefix(c.MetricsPath, "/"):
-		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
-	case c.MetricsPath == "/readyz" || c.MetricsPath == "/healthz/leader-election" || strings.HasPrefix(c.MetricsPath, "/debug/pprof/"):
-		// Served by the sidecar itself on the same address: two handlers
-		// for one path would panic at start.
-		return fmt.Errorf("--metrics-path %q is one of the sidecar's own paths (/readyz, /healthz/leader-election, /debug/pprof/)", c.MetricsPath)
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
 	}
 	if err := c.validateCapacity(); err != nil {
 		return err
@@ -338,6 +333,21 @@ func (c *Config) Validate() error {
 	}
 	if err := logsapi.ValidateAndApply(c.Logging, c.loggingGates); err != nil {
 		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
+}
+
+// validateHTTP checks the HTTP endpoint flags.
+func (c *Config) validateHTTP() error {
+	switch {
+	case c.HTTPEndpoint != "" && c.MetricsAddress != "":
+		return errors.New("only one of --http-endpoint and --metrics-address can be set")
+	case !strings.HasPrefix(c.MetricsPath, "/"):
+		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
+	case c.MetricsPath == "/readyz" || c.MetricsPath == "/healthz/leader-election" || strings.HasPrefix(c.MetricsPath, "/debug/pprof/"):
+		// Served by the sidecar itself on the same address: two handlers
+		// for one path would panic at start.
+		return fmt.Errorf("--metrics-path %q is one of the sidecar's own paths (/readyz, /healthz/leader-election, /debug/pprof/)", c.MetricsPath)
 	}
 	return nil
 }
