@@ -102,11 +102,14 @@ func gone(add bool) error {
 type attemptState int
 
 const (
+	// attemptUnknown: the ledger does not hold the claim (this process
+	// started after the claim got the finalizer, or forgot it).
+	attemptUnknown attemptState = iota
 	// attemptClean: this process saw the claim without the in-flight
 	// finalizer and has sent no CreateVolume for it since. Every
 	// CreateVolume needs the finalizer first, and only this process sends
 	// them for this driver, so none was sent.
-	attemptClean attemptState = iota + 1
+	attemptClean
 	// attemptSent: a CreateVolume was sent and has no final answer yet.
 	attemptSent
 	// attemptFinal: the last CreateVolume got a final answer, so no volume
@@ -124,8 +127,14 @@ const (
 
 // idle reports whether nothing can be in flight in state s: the last
 // CreateVolume got a final answer, or none was sent since the claim was
-// seen without the finalizer.
+// seen without the finalizer. A later CreateVolume may still begin.
 func (s attemptState) idle() bool { return s == attemptFinal || s == attemptClean }
+
+// over reports whether no CreateVolume can still be running in state s:
+// the volume was created, or the last call got a final answer.
+func (s attemptState) over() bool {
+	return s == attemptCreated || s == attemptFinal || s == attemptReleased
+}
 
 // ledger records, per claim UID, what this process knows of its
 // CreateVolume calls, so that a claim whose create is known to be over (or
@@ -203,41 +212,12 @@ func (l *ledger) release(uid types.UID) bool {
 	return true
 }
 
-// idle reports whether nothing can be in flight for the claim (as
-// release, without releasing it: a later CreateVolume may still begin).
-func (l *ledger) idle(uid types.UID) bool {
+// state returns what this process knows of the claim's CreateVolume
+// calls (attemptUnknown: nothing).
+func (l *ledger) state(uid types.UID) attemptState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.states[uid].idle()
-}
-
-// wasCreated reports whether a CreateVolume for the claim succeeded and no
-// other has begun since.
-func (l *ledger) wasCreated(uid types.UID) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.states[uid] == attemptCreated
-}
-
-// over reports whether no CreateVolume for the claim can still be running:
-// the volume was created, or the last call got a final answer.
-func (l *ledger) over(uid types.UID) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch l.states[uid] {
-	case attemptCreated, attemptFinal, attemptReleased:
-		return true
-	}
-	return false
-}
-
-// unknown reports whether this process knows nothing of the claim's
-// CreateVolume calls (it started after the claim got the finalizer).
-func (l *ledger) unknown(uid types.UID) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, known := l.states[uid]
-	return !known
+	return l.states[uid]
 }
 
 // unrelease undoes release after a failed finalizer removal.

@@ -147,7 +147,7 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 			"the claim was bound to volume %s while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
 			claim.Spec.VolumeName, inflight.Finalizer, p.VolumeName(claim)))
 	}
-	if deleting && !bound && p.attempts.unknown(claim.UID) && p.waitsForNode(claim) {
+	if deleting && !bound && p.attempts.state(claim.UID) == attemptUnknown && p.waitsForNode(claim) {
 		// The library never provisions a late-binding claim without a
 		// selected node, so no CreateVolume answer will release it.
 		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(

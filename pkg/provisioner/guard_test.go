@@ -286,7 +286,7 @@ func TestLedger(t *testing.T) {
 	l.begin(done)
 	l.created(done)
 	l.observeClean(done)
-	if l.release(done) || l.idle(done) {
+	if l.release(done) || l.state(done).idle() {
 		t.Error("a claim whose volume was created looks idle")
 	}
 }

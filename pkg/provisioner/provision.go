@@ -288,7 +288,7 @@ func (p *Provisioner) currentClaim(ctx context.Context, claim *corev1.Persistent
 	if !inflight.Has(cur) {
 		p.attempts.observeClean(cur.UID)
 	}
-	if p.attempts.wasCreated(cur.UID) {
+	if p.attempts.state(cur.UID) == attemptCreated {
 		// The library calls again before its informer has the PV it saved.
 		// Another CreateVolume would be answered from the existing volume,
 		// but if it were slow, the claim could meanwhile be bound, deleted
@@ -350,7 +350,7 @@ func (p *Provisioner) otherRestores(self types.UID, key string) []klog.ObjectRef
 		if !ok || c.UID == self || (c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "") {
 			continue
 		}
-		if p.restoreSourceOf(c) == key && !p.attempts.over(c.UID) {
+		if p.restoreSourceOf(c) == key && !p.attempts.state(c.UID).over() {
 			refs = append(refs, klog.KObj(c))
 		}
 	}

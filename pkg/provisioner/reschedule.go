@@ -35,7 +35,7 @@ type libraryClaims struct {
 
 func (c libraryClaims) Update(ctx context.Context, claim *corev1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*corev1.PersistentVolumeClaim, error) {
 	if inflight.Has(claim) && claim.Spec.VolumeName == "" &&
-		!metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode) && c.attempts.idle(claim.UID) {
+		!metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode) && c.attempts.state(claim.UID).idle() {
 		claim = claim.DeepCopy()
 		inflight.Remove(claim)
 	}
