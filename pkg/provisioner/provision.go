@@ -347,10 +347,10 @@ func (p *Provisioner) otherRestores(self types.UID, key string) []klog.ObjectRef
 	var refs []klog.ObjectRef
 	for _, obj := range p.claimInf.GetStore().List() {
 		c, ok := obj.(*corev1.PersistentVolumeClaim)
-		if !ok || c.UID == self || (c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "") {
+		if !ok || c.UID == self {
 			continue
 		}
-		if p.restoreSourceOf(c) == key && !p.attempts.state(c.UID).over() {
+		if p.pendingRestoreOf(c) == key && !p.attempts.state(c.UID).over() {
 			refs = append(refs, klog.KObj(c))
 		}
 	}

@@ -123,14 +123,20 @@ func (p *Provisioner) pendingRestores() (map[string]bool, error) {
 	}
 	pending := map[string]bool{}
 	for _, c := range claims {
-		if c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "" {
-			continue
-		}
-		if key := p.restoreSourceOf(c); key != "" {
+		if key := p.pendingRestoreOf(c); key != "" {
 			pending[key] = true
 		}
 	}
 	return pending, nil
+}
+
+// pendingRestoreOf returns the key (namespace/name) of the VolumeSnapshot
+// that claim restores from while it is pending, "" otherwise.
+func (p *Provisioner) pendingRestoreOf(claim *corev1.PersistentVolumeClaim) string {
+	if claim.Status.Phase != corev1.ClaimPending && claim.Status.Phase != "" {
+		return ""
+	}
+	return p.restoreSourceOf(claim)
 }
 
 // restoreSourceOf returns the key (namespace/name) of the VolumeSnapshot
