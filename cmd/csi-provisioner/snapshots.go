@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	authv1 "k8s.io/api/authorization/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -35,11 +33,11 @@ func snapshotInformer(ctx context.Context, caps csiclient.Capabilities, client k
 	logger := klog.FromContext(ctx)
 	const resource = "volumesnapshots"
 	gv := snapv1.SchemeGroupVersion
-	list, err := disc.ServerResourcesForGroupVersionWithContext(ctx, gv.String())
-	if err != nil && !apierrors.IsNotFound(err) {
+	served, err := resourceServed(ctx, disc, gv.String(), resource)
+	if err != nil {
 		return nil, fmt.Errorf("discover %s: %w", gv, err)
 	}
-	if err != nil || !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }) {
+	if !served {
 		logger.Info("The API server does not serve VolumeSnapshots: restores wait for them with the library's backoff", "groupVersion", gv.String())
 		return nil, nil
 	}

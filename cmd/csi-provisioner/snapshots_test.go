@@ -20,11 +20,7 @@ import (
 // the sidecar.
 func TestSnapshotInformer(t *testing.T) {
 	served := func(resources ...string) []*metav1.APIResourceList {
-		l := &metav1.APIResourceList{GroupVersion: "snapshot.storage.k8s.io/v1"}
-		for _, r := range resources {
-			l.APIResources = append(l.APIResources, metav1.APIResource{Name: r})
-		}
-		return []*metav1.APIResourceList{l}
+		return apiResources("snapshot.storage.k8s.io/v1", resources...)
 	}
 	tests := []struct {
 		name      string
@@ -68,4 +64,14 @@ func TestSnapshotInformer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// apiResources is what a fake clientset's discovery serves: groupVersion
+// with the named resources.
+func apiResources(groupVersion string, resources ...string) []*metav1.APIResourceList {
+	l := &metav1.APIResourceList{GroupVersion: groupVersion}
+	for _, r := range resources {
+		l.APIResources = append(l.APIResources, metav1.APIResource{Name: r})
+	}
+	return []*metav1.APIResourceList{l}
 }

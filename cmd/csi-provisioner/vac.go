@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"slices"
 
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
@@ -29,15 +26,13 @@ func volumeAttributesClassesServed(ctx context.Context, gates featuregate.Featur
 	}
 	logger := klog.FromContext(ctx)
 	gv := storagev1.SchemeGroupVersion.String()
-	list, err := disc.ServerResourcesForGroupVersionWithContext(ctx, gv)
+	served, err := resourceServed(ctx, disc, gv, "volumeattributesclasses")
 	switch {
-	case apierrors.IsNotFound(err):
 	case err != nil:
 		logger.Error(err, "Cannot tell whether the API server serves VolumeAttributesClasses; claims that name one will read it", "groupVersion", gv)
 		return true
-	case slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "volumeattributesclasses" }):
-		return true
+	case !served:
+		logger.Info("The API server does not serve VolumeAttributesClasses: claims that name one are refused with a Warning", "groupVersion", gv)
 	}
-	logger.Info("The API server does not serve VolumeAttributesClasses: claims that name one are refused with a Warning", "groupVersion", gv)
-	return false
+	return served
 }

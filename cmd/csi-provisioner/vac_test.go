@@ -25,11 +25,7 @@ func (failingDiscovery) ServerResourcesForGroupVersionWithContext(context.Contex
 // discovery error, or the gate off, gives true (nothing to refuse).
 func TestVolumeAttributesClassesServed(t *testing.T) {
 	storageV1 := func(resources ...string) []*metav1.APIResourceList {
-		l := &metav1.APIResourceList{GroupVersion: "storage.k8s.io/v1"}
-		for _, r := range resources {
-			l.APIResources = append(l.APIResources, metav1.APIResource{Name: r})
-		}
-		return []*metav1.APIResourceList{l}
+		return apiResources("storage.k8s.io/v1", resources...)
 	}
 	tests := []struct {
 		name      string
