@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
-	"k8s.io/client-go/tools/leaderelection"
+	clientleaderelection "k8s.io/client-go/tools/leaderelection"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as upstream
@@ -314,7 +315,7 @@ func (c *Config) Validate() error {
 	case c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1:
 		return fmt.Errorf("--kube-api-qps (%v) must be positive and --kube-api-burst (%d) at least 1", c.KubeAPIQPS, c.KubeAPIBurst)
 	case c.LeaderElection && (c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
-		c.LeaderElectionRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
+		c.LeaderElectionRenewDeadline <= time.Duration(clientleaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
 		// client-go's own checks, which would otherwise panic after start.
 		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
@@ -344,7 +345,7 @@ func (c *Config) validateHTTP() error {
 		return errors.New("only one of --http-endpoint and --metrics-address can be set")
 	case !strings.HasPrefix(c.MetricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", c.MetricsPath)
-	case c.MetricsPath == "/readyz" || c.MetricsPath == "/healthz/leader-election" || strings.HasPrefix(c.MetricsPath, "/debug/pprof/"):
+	case c.MetricsPath == "/readyz" || c.MetricsPath == leaderelection.HealthCheckerAddress || strings.HasPrefix(c.MetricsPath, "/debug/pprof/"):
 		// Served by the sidecar itself on the same address: two handlers
 		// for one path would panic at start.
 		return fmt.Errorf("--metrics-path %q is one of the sidecar's own paths (/readyz, /healthz/leader-election, /debug/pprof/)", c.MetricsPath)
