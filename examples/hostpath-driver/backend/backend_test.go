@@ -97,14 +97,7 @@ func TestDirMountVolumeCopies(t *testing.T) {
 	if fi, err := os.Stat(srcDir); err != nil || fi.Mode().Perm() != 0o777 {
 		t.Fatalf("volume directory %v (%v), want mode 0777", fi, err)
 	}
-	mustWrite(t, filepath.Join(srcDir, "a.txt"), "hello", 0o640)
-	if err := os.MkdirAll(filepath.Join(srcDir, "sub", "deeper"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, filepath.Join(srcDir, "sub", "deeper", "b.bin"), "binary", 0o600)
-	if err := os.Symlink("a.txt", filepath.Join(srcDir, "link")); err != nil {
-		t.Fatal(err)
-	}
+	writeSampleTree(t, srcDir)
 
 	snap := &state.Snapshot{ID: "snap-1", AccessType: state.Mount}
 	if err := d.CreateSnapshot(snap, src); err != nil {
@@ -270,6 +263,21 @@ func TestCheckBindMount(t *testing.T) {
 		t.Fatalf("CheckBindMount: %v, want nil or ErrMountNotPermitted", err)
 	}
 	t.Logf("CheckBindMount: %v", err)
+}
+
+// writeSampleTree fills dir with what the copy tests copy: a.txt ("hello",
+// 0640), sub/deeper/b.bin ("binary", 0600; directories 0700) and link, a
+// symbolic link to a.txt.
+func writeSampleTree(t *testing.T, dir string) {
+	t.Helper()
+	mustWrite(t, filepath.Join(dir, "a.txt"), "hello", 0o640)
+	if err := os.MkdirAll(filepath.Join(dir, "sub", "deeper"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "sub", "deeper", "b.bin"), "binary", 0o600)
+	if err := os.Symlink("a.txt", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func mustWrite(t *testing.T, path, content string, mode fs.FileMode) {

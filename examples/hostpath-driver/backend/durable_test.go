@@ -40,14 +40,7 @@ func TestDirCopiesAreDurable(t *testing.T) {
 		}
 	}
 	srcDir := d.volumePath(mountSrc)
-	mustWrite(t, filepath.Join(srcDir, "a.txt"), "hello", 0o640)
-	if err := os.MkdirAll(filepath.Join(srcDir, "sub", "deeper"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, filepath.Join(srcDir, "sub", "deeper", "b.bin"), "binary", 0o600)
-	if err := os.Symlink("a.txt", filepath.Join(srcDir, "link")); err != nil {
-		t.Fatal(err)
-	}
+	writeSampleTree(t, srcDir)
 	mountSnap := &state.Snapshot{ID: "snap-mount", AccessType: state.Mount}
 	blockSnap := &state.Snapshot{ID: "snap-blk", AccessType: state.Block, SizeBytes: 1 << 20}
 
