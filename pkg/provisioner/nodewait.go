@@ -175,8 +175,8 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 
 // explainNoCapacity is called when this node declined claim for capacity
 // (too little room, or GetCapacity failed). Unless a node (another, or this
-// one later) takes the claim within the grace period, it posts the claim's one untaken-claim
-// event with this node's reason. Declined again later (an update of the
+// one later) takes the claim within the grace period, it posts the claim's
+// one untaken-claim event with this node's reason. Declined again later (an update of the
 // claim, the library's resync), it renews the event once its explanation
 // is events.RefreshInterval old, so that a claim Pending for days keeps it
 // (the API server drops events after an hour). Upstream posts nothing, and
