@@ -312,8 +312,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--binder-resync-period must be positive, got %s", c.BinderResyncPeriod)
 	case c.RetryIntervalStart <= 0 || c.RetryIntervalMax < c.RetryIntervalStart:
 		return fmt.Errorf("--retry-interval-start (%s) must be positive and at most --retry-interval-max (%s)", c.RetryIntervalStart, c.RetryIntervalMax)
-	case c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1:
-		return fmt.Errorf("--kube-api-qps (%v) must be positive and --kube-api-burst (%d) at least 1", c.KubeAPIQPS, c.KubeAPIBurst)
+	case !validRate(c.KubeAPIQPS, c.KubeAPIBurst):
+		return fmt.Errorf("--kube-api-qps (%v) must be positive, with --kube-api-burst (%d) at least 1, or negative for no client-side limit", c.KubeAPIQPS, c.KubeAPIBurst)
 	case c.LeaderElection && (c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
 		c.LeaderElectionRenewDeadline <= time.Duration(clientleaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
 		// client-go's own checks, which would otherwise panic after start.
@@ -353,14 +353,23 @@ func (c *Config) validateHTTP() error {
 	return nil
 }
 
+// validRate reports whether a client's QPS and burst flags make sense.
+// A negative QPS turns client-go's rate limiter off (rest.Config documents
+// it; upstream passes the flag through, so manifests use it), and the burst
+// is then unused. Zero is refused: client-go would silently turn it into
+// its default of 5 QPS, which caps provisioning under 2 volumes/s.
+func validRate(qps float64, burst int) bool {
+	return qps < 0 || (qps > 0 && burst >= 1)
+}
+
 // validateCapacity checks the storage capacity flags and, with
 // --enable-capacity, the environment they need.
 func (c *Config) validateCapacity() error {
 	switch {
 	case c.CapacityThreads < 1:
 		return fmt.Errorf("--capacity-threads must be at least 1, got %d", c.CapacityThreads)
-	case c.KubeAPICapacityQPS <= 0 || c.KubeAPICapacityBurst < 1:
-		return fmt.Errorf("--kube-api-capacity-qps (%v) must be positive and --kube-api-capacity-burst (%d) at least 1", c.KubeAPICapacityQPS, c.KubeAPICapacityBurst)
+	case !validRate(c.KubeAPICapacityQPS, c.KubeAPICapacityBurst):
+		return fmt.Errorf("--kube-api-capacity-qps (%v) must be positive, with --kube-api-capacity-burst (%d) at least 1, or negative for no client-side limit", c.KubeAPICapacityQPS, c.KubeAPICapacityBurst)
 	case c.CapacityPollInterval <= 0:
 		return fmt.Errorf("--capacity-poll-interval must be positive, got %s", c.CapacityPollInterval)
 	case c.CapacityOwnerrefLevel < -1:

@@ -96,6 +96,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "relative unix: csi address", args: []string{"--csi-address=unix:csi.sock"}, wantErr: "must be absolute"},
 		{name: "no capacity workers", args: []string{"--capacity-threads=0"}, wantErr: "--capacity-threads must be at least 1"},
 		{name: "zero capacity qps", args: []string{"--kube-api-capacity-qps=0"}, wantErr: "--kube-api-capacity-qps"},
+		{name: "zero qps (client-go would make it 5)", args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps (0) must be positive"},
+		{name: "zero burst", args: []string{"--kube-api-burst=0"}, wantErr: "--kube-api-burst (0) at least 1"},
 		{name: "zero capacity poll interval", args: []string{"--capacity-poll-interval=0s"}, wantErr: "--capacity-poll-interval must be positive"},
 		{name: "ownerref level below -1", args: []string{"--capacity-ownerref-level=-2"}, wantErr: "--capacity-ownerref-level must be -1"},
 		{name: "node deployment without NODE_NAME", args: []string{"--node-deployment"}, env: map[string]string{"NODE_NAME": ""}, wantErr: "--node-deployment needs the NODE_NAME environment variable"},
@@ -286,6 +288,39 @@ func TestVerbosityShorthand(t *testing.T) {
 			}
 			if c.VolumeNamePrefix != tt.wantPrefix {
 				t.Errorf("--volume-name-prefix = %q, want %q", c.VolumeNamePrefix, tt.wantPrefix)
+			}
+		})
+	}
+}
+
+// TestNegativeQPSTurnsLimiterOff: as upstream, which hands the flags to
+// client-go unchanged, a negative --kube-api-qps or --kube-api-capacity-qps
+// means no client-side rate limit, whatever the burst.
+func TestNegativeQPSTurnsLimiterOff(t *testing.T) {
+	for _, args := range [][]string{
+		{"--kube-api-qps=-1"},
+		{"--kube-api-qps=-1", "--kube-api-burst=0"},
+		{"--kube-api-capacity-qps=-1", "--kube-api-capacity-burst=0"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			c, err := parseFlags(append(args, "--master=https://127.0.0.1:6443"), &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := logsapi.ResetForTest(nil); err != nil {
+					t.Errorf("reset logging: %v", err)
+				}
+			})
+			if err := c.Validate(); err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+			restCfg, err := buildRESTConfig(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if restCfg.QPS >= 0 && c.KubeAPIQPS < 0 {
+				t.Errorf("client QPS = %v, want negative (no limiter)", restCfg.QPS)
 			}
 		})
 	}
