@@ -12,9 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -51,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "csi-provisioner: %v\n", err)
 		return 2
 	}
+	routeStandardLog()
 	if os.Getenv("GOGC") == "" {
 		// The sidecar's heap is mostly its informer cache, which lives as
 		// long as the process: collecting at 50% growth instead of 100%
@@ -71,4 +74,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// routeStandardLog sends what libraries write with the standard log package
+// (net/http's server errors, for one) through klog, as upstream does with
+// component-base's InitLogs, so that those lines have klog's header, honour
+// --logging-format=json and reach the same stream as every other line.
+// InitLogs itself is not called: it would turn contextual logging off again
+// after Validate applied the logging configuration.
+func routeStandardLog() {
+	log.SetOutput(standardLogWriter{})
+	log.SetFlags(0)
+}
+
+// standardLogWriter writes a standard log line as a klog info line that
+// names the caller of the log function (component-base's KlogWriter names
+// package log's own file instead).
+type standardLogWriter struct{}
+
+// standardLogDepth skips Write, log's output and log's Print/Printf/Println.
+const standardLogDepth = 3
+
+func (standardLogWriter) Write(p []byte) (int, error) {
+	klog.InfoDepth(standardLogDepth, strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"log"
+	"os"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+)
+
+// TestStandardLogGoesThroughKlog: a line written with the standard log
+// package (net/http's server errors use it) comes out of klog's logger,
+// naming its caller, not as a bare line of its own.
+func TestStandardLogGoesThroughKlog(t *testing.T) {
+	var out bytes.Buffer
+	klog.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&out))))
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		log.SetOutput(os.Stderr)
+		log.SetFlags(log.LstdFlags)
+	})
+
+	routeStandardLog()
+	log.Print("http: Accept error: too many open files")
+	log.Printf("http: %s", "superfluous response.WriteHeader call")
+
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("klog's output %q: want two lines", out.String())
+	}
+	for i, want := range []string{"http: Accept error: too many open files", "http: superfluous response.WriteHeader call"} {
+		if !strings.HasPrefix(lines[i], "I") || !strings.Contains(lines[i], "main_test.go:") || !strings.Contains(lines[i], want) {
+			t.Errorf("line %q: want a klog info line from main_test.go with %q", lines[i], want)
+		}
+	}
+}
