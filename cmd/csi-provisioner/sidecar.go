@@ -123,6 +123,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		provisioner.WithVolumeAttributesClassesServed(volumeAttributesClassesServed(ctx, cfg.FeatureGates, main.Discovery())),
 		provisioner.WithSnapshotClient(snapshots),
 		provisioner.WithPreventVolumeModeConversion(cfg.PreventVolumeModeConversion),
+		provisioner.WithRetryIntervals(cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 	}
 	if node != nil {
 		provOpts = append(provOpts, provisioner.WithNodeDeployment(*node))

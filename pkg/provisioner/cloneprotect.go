@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
@@ -48,9 +47,7 @@ func (p *Provisioner) RunCloneProtection(ctx context.Context, workers int) {
 	}
 	logger := klog.FromContext(ctx).WithName("cloning-protection")
 	ctx = klog.NewContext(ctx, logger)
-	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: cloneProtectionQueueName})
+	queue := p.newQueue(cloneProtectionQueueName)
 	defer queue.ShutDown()
 	enqueue := func(obj interface{}) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {

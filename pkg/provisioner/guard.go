@@ -54,9 +54,7 @@ func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 		p.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
 		defer p.broadcaster.Shutdown()
 	}
-	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: guardQueueName})
+	queue := p.newQueue(guardQueueName)
 	defer queue.ShutDown()
 
 	claimReg, err := p.claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -76,6 +77,9 @@ type config struct {
 	// inTree is the migrated in-tree plugin (WithInTreeMigration), "" for
 	// none.
 	inTree string
+	// retryStart and retryMax bound the backoff of the provisioner's own
+	// queues (WithRetryIntervals); zero for client-go's default.
+	retryStart, retryMax time.Duration
 }
 
 func defaultConfig() config {
@@ -112,6 +116,9 @@ func (c *config) validate(driverName string) error {
 	}
 	if c.snapshotInf != nil && c.snapshots == nil {
 		errs = append(errs, errors.New("a snapshot informer needs the snapshot client"))
+	}
+	if c.retryStart < 0 || c.retryMax < c.retryStart {
+		errs = append(errs, fmt.Errorf("retry intervals: start %s must not be negative nor above max %s", c.retryStart, c.retryMax))
 	}
 	if c.node != nil {
 		if err := c.node.validate(); err != nil {
@@ -251,4 +258,13 @@ type ReferenceGrants interface {
 // "feature is disabled" error.
 func WithReferenceGrants(g ReferenceGrants) Option {
 	return func(c *config) { c.grants = g }
+}
+
+// WithRetryIntervals sets the backoff of the provisioner's own queues (the
+// cloning protection and the in-flight guard) after a failed write: start,
+// doubled at each failure up to max, as upstream's --retry-interval-start
+// and --retry-interval-max do for its claim queue. Without it they use
+// client-go's default controller backoff (5 ms doubling up to 1000 s).
+func WithRetryIntervals(start, max time.Duration) Option {
+	return func(c *config) { c.retryStart, c.retryMax = start, max }
 }

@@ -37,6 +37,7 @@ func TestNewValidation(t *testing.T) {
 		{name: "empty identity", caps: baseCaps(), opts: []Option{WithIdentity("")}, wantErr: "identity must not be empty"},
 		{name: "nil clock", caps: baseCaps(), opts: []Option{WithClock(nil)}, wantErr: "clock must not be nil"},
 		{name: "driver without name", caps: csiclient.Capabilities{}, wantErr: "reports no name"},
+		{name: "retry start above max", caps: baseCaps(), opts: []Option{WithRetryIntervals(time.Minute, time.Second)}, wantErr: "retry intervals: start 1m0s must not be negative nor above max 1s"},
 		{
 			name: "all errors joined", caps: baseCaps(),
 			opts:    []Option{WithVolumeNamePrefix(""), WithVolumeNameUUIDLength(40)},
@@ -209,4 +210,30 @@ func volumeAttributesClass(name, driver string, params map[string]string) *stora
 	v := &storagev1.VolumeAttributesClass{DriverName: driver, Parameters: params}
 	v.Name = name
 	return v
+}
+
+// TestRetryIntervals: the provisioner's own queues (cloning protection,
+// in-flight guard) back off as --retry-interval-start/-max say, as
+// upstream's claim queue does, and with client-go's default without them.
+func TestRetryIntervals(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+		want []time.Duration // the backoff after the 1st, 2nd, ... failure
+	}{
+		{name: "default", want: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}},
+		{name: "upstream's defaults", opts: []Option{WithRetryIntervals(time.Second, 5*time.Minute)},
+			want: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, baseCaps(), nil, tt.opts...)
+			limiter := h.p.retryLimiter()
+			for i, want := range tt.want {
+				if got := limiter.When("ns/a"); got != want {
+					t.Errorf("backoff after failure %d = %s, want %s", i+1, got, want)
+				}
+			}
+		})
+	}
 }

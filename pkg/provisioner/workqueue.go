@@ -8,6 +8,21 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// newQueue returns a queue named name (in the workqueue metrics) whose
+// failed keys are retried with the backoff of WithRetryIntervals.
+func (p *Provisioner) newQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(p.retryLimiter(),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+}
+
+// retryLimiter returns the backoff of a failed key (WithRetryIntervals).
+func (p *Provisioner) retryLimiter() workqueue.TypedRateLimiter[string] {
+	if p.cfg.retryMax == 0 {
+		return workqueue.DefaultTypedControllerRateLimiter[string]()
+	}
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](p.cfg.retryStart, p.cfg.retryMax)
+}
+
 // runQueue runs workers (at least one) that hand each key of queue to syncKey
 // until ctx is done, then shuts the queue down and returns once they have
 // stopped. It is the one place that turns a sync's result into queue
