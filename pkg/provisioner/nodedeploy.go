@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -375,6 +376,15 @@ func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.Persi
 	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	requested := request.Value()
 	req := &csi.GetCapacityRequest{Parameters: csiclient.DriverParameters(class.Parameters)}
+	// The capabilities the volume will be created with, as upstream asks:
+	// a driver may have room for a block volume and not for a filesystem.
+	// A class or claim they cannot be made of fails CreateVolume later
+	// with its own error; the capacity question goes without them.
+	if fsType, err := p.fsType(logr.Discard(), class.Parameters); err == nil {
+		if caps, err := p.volumeCapabilities(claim, class, fsType); err == nil {
+			req.VolumeCapabilities = caps
+		}
+	}
 	if len(p.node.Topology) > 0 {
 		req.AccessibleTopology = &csi.Topology{Segments: maps.Clone(p.node.Topology)}
 	}

@@ -493,7 +493,15 @@ func TestNodeDeploymentBecomeOwner(t *testing.T) {
 					t.Fatalf("GetCapacity calls = %d, want %d", len(tt.capacity.reqs), tt.wantCapCalls)
 				}
 				for _, req := range tt.capacity.reqs {
-					want := &csi.GetCapacityRequest{Parameters: map[string]string{"p": "v"}, AccessibleTopology: thisTopology}
+					want := &csi.GetCapacityRequest{
+						Parameters:         map[string]string{"p": "v"},
+						AccessibleTopology: thisTopology,
+						// The claim's: ReadWriteOnce, a filesystem of the class's type.
+						VolumeCapabilities: []*csi.VolumeCapability{{
+							AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "xfs"}},
+							AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+						}},
+					}
 					if !proto.Equal(req, want) {
 						t.Errorf("GetCapacity request = %v, want %v", req, want)
 					}
