@@ -38,8 +38,8 @@ tools: ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-
 	$(TOOLS) etcd kubernetes helm kustomize golangci-lint
 
 .PHONY: tools-test
-tools-test: ## Build (or reuse) only what `make test` needs.
-	$(TOOLS) etcd kubernetes helm kustomize
+tools-test: ## Build (or reuse) only what `make test` needs (upstream external-provisioner for the switchover tests).
+	$(TOOLS) etcd kubernetes helm kustomize external-provisioner
 
 .PHONY: test
 test: tools-test build ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
@@ -71,7 +71,6 @@ bench: tools-test build ## Measure throughput, latency, API cost and memory (ARG
 
 .PHONY: bench-upstream
 bench-upstream: tools-test build ## The benchmark with upstream external-provisioner v6.3.0 and kube-controller-manager's binder, side by side with ours.
-	$(TOOLS) external-provisioner
 	$(GO) run ./test/bench --bin-dir $(BIN) -binder kcm -provisioner-cmd $(shell $(TOOLS) path external-provisioner)/csi-provisioner $(ARGS)
 
 .PHONY: chaos

@@ -99,8 +99,8 @@ build_golangci_lint_into() {
 		github.com/golangci/golangci-lint/v2/cmd/golangci-lint)
 }
 
-# Upstream kubernetes-csi/external-provisioner, only for side-by-side
-# benchmarks (make bench-upstream); never part of a test.
+# Upstream kubernetes-csi/external-provisioner, for the switchover tests
+# (test/integration/switchover_test.go) and make bench-upstream.
 build_external_provisioner_into() {
 	log "building upstream external-provisioner $EXTERNAL_PROVISIONER_VERSION (about 3 minutes)"
 	(cd "$here/external-provisioner" && CGO_ENABLED=0 go build -trimpath -o "$1/csi-provisioner" \

@@ -1,5 +1,5 @@
 // Module external-provisioner builds upstream kubernetes-csi/external-provisioner
-// v6.3.0 for side-by-side benchmarks (make bench-upstream). It is not part of the
+// v6.3.0 for the switchover tests and side-by-side benchmarks (make bench-upstream). It is not part of the
 // product. (v6.4.0 needs sig-storage-lib-external-provisioner v13.1.0, which the
 // Go module proxy does not serve.)
 module github.com/kube-storage/csi-provisioner/hack/tools/external-provisioner
