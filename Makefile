@@ -37,9 +37,13 @@ build: ## Build the sidecar and the example driver into bin/.
 tools: ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, helm, kustomize and golangci-lint.
 	$(TOOLS) etcd kubernetes helm kustomize golangci-lint
 
+.PHONY: tools-control-plane
+tools-control-plane: ## Build (or reuse) the local control plane only: etcd, kube-apiserver, kube-controller-manager.
+	$(TOOLS) etcd kubernetes
+
 .PHONY: tools-test
-tools-test: ## Build (or reuse) only what `make test` needs (upstream external-provisioner for the switchover tests).
-	$(TOOLS) etcd kubernetes helm kustomize external-provisioner
+tools-test: tools-control-plane ## Build (or reuse) what `make test` needs: the control plane, helm, kustomize, upstream external-provisioner (switchover tests).
+	$(TOOLS) helm kustomize external-provisioner
 
 .PHONY: test
 test: tools-test build ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
@@ -62,19 +66,20 @@ sanity: ## Run csi-test's sanity suite against the example driver's backends.
 	$(GO) test -count=1 -v -run Sanity ./examples/hostpath-driver/... 2>&1 | tee /dev/stderr | grep -E '^(Ran [0-9]+ of|SUCCESS!|FAIL!|--- (PASS|FAIL|SKIP))' || true
 
 .PHONY: demo
-demo: tools-test build ## Run the sidecar on a local control plane: provision, bind, delete (KEEP=1 leaves it running).
+demo: tools-control-plane build ## Run the sidecar on a local control plane: provision, bind, delete (KEEP=1 leaves it running).
 	$(GO) run ./cmd/demo --bin-dir $(BIN) $(if $(KEEP),--keep)
 
 .PHONY: bench
-bench: tools-test build ## Measure throughput, latency, API cost and memory (ARGS="-n 1000").
+bench: tools-control-plane build ## Measure throughput, latency, API cost and memory (ARGS="-n 1000").
 	$(GO) run ./test/bench --bin-dir $(BIN) $(ARGS)
 
 .PHONY: bench-upstream
-bench-upstream: tools-test build ## The benchmark with upstream external-provisioner v6.3.0 and kube-controller-manager's binder, side by side with ours.
+bench-upstream: tools-control-plane build ## The benchmark with upstream external-provisioner v6.3.0 and kube-controller-manager's binder, side by side with ours.
+	$(TOOLS) external-provisioner
 	$(GO) run ./test/bench --bin-dir $(BIN) -binder kcm -provisioner-cmd $(shell $(TOOLS) path external-provisioner)/csi-provisioner $(ARGS)
 
 .PHONY: chaos
-chaos: tools-test build ## Long chaos run with invariant checks (ARGS="-chaos.claims=2000 -chaos.kills=100").
+chaos: tools-control-plane build ## Long chaos run with invariant checks (ARGS="-chaos.claims=2000 -chaos.kills=100").
 	$(TEST_ENV) CHAOS_LONG=1 $(GO) test -count=1 -timeout 120m -v -run TestChaos ./test/chaos/ $(ARGS)
 
 .PHONY: chart
