@@ -168,3 +168,54 @@ func TestRootReadmeRBACBeyondUpstream(t *testing.T) {
 		}
 	}
 }
+
+// rootReadmeSection returns the body of the top-level README's section
+// headed by the line heading (e.g. "### Layout"), up to the next heading of
+// the same or a higher level.
+func rootReadmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(repoPath(t, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q section", heading)
+	}
+	level := strings.IndexByte(heading, ' ')
+	var lines []string
+	for _, line := range strings.Split(body, "\n") {
+		if n := len(line) - len(strings.TrimLeft(line, "#")); n > 0 && n <= level && strings.HasPrefix(line[n:], " ") {
+			break
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestRootReadmeLayout: the top-level README's Layout table names every
+// package directory under cmd/, pkg/, internal/ and examples/ (a reader
+// looking for where something lives must not miss one), and every path it
+// names exists.
+func TestRootReadmeLayout(t *testing.T) {
+	section := rootReadmeSection(t, "### Layout")
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+)` \\|").FindAllStringSubmatch(section, -1) {
+		path := strings.TrimSuffix(m[1], "/")
+		named[path] = true
+		if _, err := os.Stat(repoPath(t, path)); err != nil {
+			t.Errorf("README.md's Layout names %s: %v", path, err)
+		}
+	}
+	for _, parent := range []string{"cmd", "pkg", "internal", "examples"} {
+		entries, err := os.ReadDir(repoPath(t, parent))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if path := parent + "/" + e.Name(); e.IsDir() && !named[path] {
+				t.Errorf("README.md's Layout does not name %s", path)
+			}
+		}
+	}
+}
