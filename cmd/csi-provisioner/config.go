@@ -197,7 +197,7 @@ func (c *Config) flagSet(output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.HTTPEndpoint, "http-endpoint", "", "The TCP network address where the HTTP server for diagnostics, including metrics, leader election health check and readiness (/readyz), will listen (example: `:8080`). The default is empty string, which means the server is disabled.")
 	fs.StringVar(&c.MetricsAddress, "metrics-address", "", "(deprecated) The TCP network address where the prometheus metrics endpoint will listen (example: `:8080`). The default is empty string, which means metrics endpoint is disabled. Only one of `--metrics-address` and `--http-endpoint` can be set.")
 	fs.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "The HTTP path where prometheus metrics will be exposed. Default is `/metrics`.")
-	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "Enable pprof profiling on the TCP network address specified by --http-endpoint (or --metrics-address). The HTTP path is `/debug/pprof/`.")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "Enable pprof profiling on the TCP network address specified by --http-endpoint (or --metrics-address). The HTTP path is /debug/pprof/.")
 	fs.BoolVar(&c.EnablePprof, "enable-profiling", false, "Alias of --enable-pprof.")
 
 	fs.IntVar(&c.CloningProtectionThreads, "cloning-protection-threads", 1, "Number of simultaneously running threads, handling cloning finalizer removal.")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -157,6 +158,23 @@ func TestVersionAndHelp(t *testing.T) {
 	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "-csi-address") {
 		t.Errorf("--help: code %d, stdout %q", code, stdout.String())
 	}
+}
+
+// TestHelpBoolFlagsShowNoValue: --help must not show a value after a
+// boolean flag. The flag package takes the first `quoted` word of a usage
+// as the name of the flag's value: "-enable-pprof /debug/pprof/" read as if
+// the flag took a path.
+func TestHelpBoolFlagsShowNoValue(t *testing.T) {
+	fs := newConfig().flagSet(&bytes.Buffer{})
+	fs.VisitAll(func(f *flag.Flag) {
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		if !ok || !b.IsBoolFlag() {
+			return
+		}
+		if name, _ := flag.UnquoteUsage(f); name != "" {
+			t.Errorf("--help shows -%s %s, as if the boolean flag took a value", f.Name, name)
+		}
+	})
 }
 
 func TestLeaderElectionLabels(t *testing.T) {
