@@ -84,6 +84,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "renew within client-go's jitter of the retry period", args: []string{"--leader-election", "--leader-election-retry-period=9s"}, wantErr: "leader election needs"},
 		{name: "zero retry period", args: []string{"--leader-election", "--leader-election-retry-period=0s"}, wantErr: "leader election needs"},
 		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
+		// Upstream's binary accepts kube-apiserver's gates (README, Flags).
+		{name: "kube-apiserver feature gate", args: []string{"--feature-gates=WatchList=false"}, wantErr: "unrecognized feature gate: WatchList"},
 		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},
 		{name: "metrics on the readiness path", args: []string{"--http-endpoint=:8080", "--metrics-path=/readyz"}, wantErr: "one of the sidecar's own paths"},
 		{name: "metrics on a pprof path", args: []string{"--http-endpoint=:8080", "--metrics-path=/debug/pprof/heap"}, wantErr: "one of the sidecar's own paths"},
