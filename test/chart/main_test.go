@@ -12,7 +12,9 @@
 //     impersonation of its ServiceAccount) and reads the API server's audit
 //     log, then under that RBAC minus one rule, which must fail; and runs
 //     both binaries with the rendered arguments;
-//   - readme_test.go runs the commands of deploy/sidecar/README.md;
+//   - readme_test.go runs the commands of deploy/sidecar/README.md and
+//     checks what the READMEs say about the chart's values, the RBAC and
+//     the repository's layout;
 //   - dockerfile_test.go checks the Dockerfiles without a Docker engine.
 //
 // helm and kustomize come from the HELM and KUSTOMIZE environment variables

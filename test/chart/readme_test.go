@@ -219,3 +219,44 @@ func TestRootReadmeLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeValuesExist: every chart value the READMEs name
+// (`sidecar.capacity.enabled`, `serviceAccount.{create,name}`) is a key of
+// values.yaml, so renaming a value cannot leave the pages pointing at a
+// value the schema now rejects.
+func TestReadmeValuesExist(t *testing.T) {
+	var values map[string]any
+	readYAML(t, chartDir+"/values.yaml", &values)
+	token := regexp.MustCompile("`([a-z][a-zA-Z]*(?:\\.[a-zA-Z]+|\\.\\{[a-zA-Z,]+\\})+)`")
+	for _, page := range []string{"README.md", "deploy/sidecar/README.md"} {
+		b, err := os.ReadFile(repoPath(t, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range token.FindAllStringSubmatch(string(b), -1) {
+			path := m[1]
+			if _, top := values[strings.Split(path, ".")[0]]; !top || strings.HasSuffix(path, ".yaml") {
+				continue // not a chart value: a Go name, a field, a file
+			}
+			prefix, alts, braced := strings.Cut(path, "{")
+			keys := []string{path}
+			if braced {
+				keys = nil
+				for _, alt := range strings.Split(strings.TrimSuffix(alts, "}"), ",") {
+					keys = append(keys, prefix+alt)
+				}
+			}
+			for _, key := range keys {
+				var node any = values
+				for _, seg := range strings.Split(key, ".") {
+					mp, _ := node.(map[string]any)
+					var ok bool
+					if node, ok = mp[seg]; !ok {
+						t.Errorf("%s names the chart value %s; values.yaml has no %s", page, path, key)
+						break
+					}
+				}
+			}
+		}
+	}
+}
