@@ -138,7 +138,7 @@ func TestUIDNamedVolumesNotIndexed(t *testing.T) {
 			t.Errorf("prefix %q: claim index keys %v, want %v; volume index keys %v, want %v", tc.prefix, claimKeys, tc.claimKeys, pvKeys, tc.pvKeys)
 		}
 		// Lookups still find both.
-		if got := f.binder.otherClaimBoundTo(pv1, "uid-other"); got == nil || got.Name != "c1" {
+		if got := f.binder.otherClaimBoundTo(pv1, &corev1.ObjectReference{Namespace: ns, Name: "c1", UID: "uid-other"}); got == nil || got.Name != "c1" {
 			t.Errorf("prefix %q: otherClaimBoundTo(%s) = %v, want c1", tc.prefix, pv1.Name, got)
 		}
 		if got := f.binder.volumesReferencing(c1); len(got) != 1 || got[0].Name != pv1.Name {

@@ -124,7 +124,7 @@ func (b *Binder) volumeNeedsWork(pv *corev1.PersistentVolume) bool {
 	}
 	claim := b.getClaim(ref.Namespace, ref.Name)
 	claimExists := claim != nil && claim.UID == ref.UID
-	if !claimExists && b.otherClaimBoundTo(pv, ref.UID) != nil {
+	if !claimExists && b.otherClaimBoundTo(pv, ref) != nil {
 		return true
 	}
 	switch pv.Status.Phase {

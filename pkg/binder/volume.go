@@ -47,7 +47,7 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 		// not while another claim is still bound to it, which happens only
 		// when someone edited spec.claimRef by hand; releasing would delete
 		// (or hand out) that claim's data.
-		if user := b.otherClaimBoundTo(pv, ref.UID); user != nil {
+		if user := b.otherClaimBoundTo(pv, ref); user != nil {
 			logger.Info("Volume is still in use by another claim; not releasing or unbinding it", "pvc", klog.KObj(user), "claimRef", claimRefKey(ref))
 			b.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeStillInUse, fmt.Sprintf(msgVolumeStillInUse, claimRefKey(ref), claimKey(user)))
 			return result{}, nil
@@ -86,11 +86,14 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 	}
 }
 
-// otherClaimBoundTo returns an existing claim, other than the one with
-// claimUID, that completed a binding to pv and still names it in
-// spec.volumeName, or nil.
-func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, claimUID types.UID) *corev1.PersistentVolumeClaim {
-	other := func(c *corev1.PersistentVolumeClaim) bool { return c.UID != claimUID && c.DeletionTimestamp == nil }
+// otherClaimBoundTo returns an existing claim, other than the one ref
+// names (namespace, name and UID: a claim with the UID but another name is
+// another claim, one the claimRef was edited away from), that completed a
+// binding to pv and still names it in spec.volumeName, or nil.
+func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.ObjectReference) *corev1.PersistentVolumeClaim {
+	other := func(c *corev1.PersistentVolumeClaim) bool {
+		return (c.UID != ref.UID || claimKey(c) != claimRefKey(ref)) && c.DeletionTimestamp == nil
+	}
 	if objs, err := b.pvcInformer.GetIndexer().ByIndex(indexClaimByVolume, pv.Name); err == nil {
 		for _, obj := range objs {
 			if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && other(c) {
@@ -104,7 +107,7 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, claimUID types.U
 	// edited or the volume restored under its old name; only then look
 	// for it, through every cached claim.
 	uid, named := b.volumes.UIDOf(pv.Name)
-	if !named || uid == claimUID {
+	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) {
 		return nil
 	}
 	for _, obj := range b.pvcInformer.GetIndexer().List() {
@@ -115,6 +118,12 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, claimUID types.U
 		}
 	}
 	return nil
+}
+
+// claimHasUID reports whether the cached claim namespace/name has uid.
+func (b *Binder) claimHasUID(namespace, name string, uid types.UID) bool {
+	c := b.getClaim(namespace, name)
+	return c != nil && c.UID == uid
 }
 
 // claimOfVolume returns the claim pv's claimRef names if it still exists

@@ -52,6 +52,12 @@ func TestSyncVolume(t *testing.T) {
 	provisioned := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).Obj()
 	provisionedEditedToC2 := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).BoundTo(c2Elsewhere).Obj()
 	provisionedEditedToGone := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef(ns, "gone", "uid-gone").Obj()
+	provisionedRenamed := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef(ns, "c1-renamed", "uid-c1").Obj()
+	provisionedOtherNS := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef("ns2", "c1", "uid-c1").Obj()
+	c1BoundUIDNamed := claimB("c1").Class("fast").VolumeName("pvc-uid-c1").Annotation(annBindCompleted, "yes").
+		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
+	uidNamedRenamed := volumeB("pvc-uid-c1").Class("fast").Annotation(annProvisionedBy, driver).
+		ClaimRef(ns, "c1-renamed", "uid-c1").Phase(corev1.VolumeBound).Obj()
 	provisionedRetain := bound(corev1.PersistentVolumeReclaimRetain).Annotation(annProvisionedBy, driver).Obj()
 	provisionedRetainUnbound := volumeB("pv1").Class("fast").ReclaimPolicy(corev1.PersistentVolumeReclaimRetain).
 		Annotation(annProvisionedBy, driver).Obj()
@@ -212,6 +218,34 @@ func TestSyncVolume(t *testing.T) {
 			volumes: []*corev1.PersistentVolume{provisionedEditedToGone},
 			actions: []string{"get pvc/gone"},
 			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/gone", ns+"/c1")},
+		},
+		{
+			// The claimRef keeps the UID of c1, which is still bound to pv1,
+			// but names another claim: the UID alone must not make c1 look
+			// like the claimRef's (gone) claim.
+			name:    "guard: claimRef's name edited, UID kept, while the claim of that UID is bound to the volume: kept, Warning",
+			objects: objs(c1Bound, provisionedRenamed),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{provisionedRenamed},
+			actions: []string{"get pvc/c1-renamed"},
+			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/c1-renamed", ns+"/c1")},
+		},
+		{
+			name:    "guard: claimRef's namespace edited, UID kept, while the claim of that UID is bound to the volume: kept, Warning",
+			objects: objs(c1Bound, provisionedOtherNS),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{provisionedOtherNS},
+			actions: []string{"get pvc/c1"},
+			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, "ns2/c1", ns+"/c1")},
+		},
+		{
+			name:    "guard: the same for a volume named after the claim's UID (no index entry)",
+			objects: objs(c1BoundUIDNamed, uidNamedRenamed),
+			opts:    []Option{WithUIDNamedVolumes("pvc")},
+			sync:    "pv/pvc-uid-c1",
+			volumes: []*corev1.PersistentVolume{uidNamedRenamed},
+			actions: []string{"get pvc/c1-renamed"},
+			events:  []string{"pv/pvc-uid-c1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/c1-renamed", ns+"/c1")},
 		},
 		{
 			name:    "guard: a claim pre-bound by the user (no bind-completed) does not keep a volume whose claim is gone",

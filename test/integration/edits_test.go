@@ -1,0 +1,83 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// holdVolumeUpdates returns a wrapper for the binder's transport that fails
+// its updates of the named volume's spec (not its status) while *hold is
+// set, and the switch. It keeps the binder from repairing an edit the test
+// made, so that what the binder does with the edited volume meanwhile is
+// seen deterministically.
+func holdVolumeUpdates(name string) (func(http.RoundTripper) http.RoundTripper, *atomic.Bool) {
+	var hold atomic.Bool
+	path := "/api/v1/persistentvolumes/" + name
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if hold.Load() && r.Method == http.MethodPut && r.URL.Path == path {
+				return nil, errors.New("volume updates held by the test")
+			}
+			return rt.RoundTrip(r)
+		})
+	}, &hold
+}
+
+// TestBinderClaimRefRenamed: an administrator edits the claimRef of a Bound
+// volume to another claim name (or namespace) and keeps the UID of the
+// claim still bound to it. That claim still uses the volume: the volume is
+// never Released (with policy Delete the provisioner would delete the data
+// under it), a Warning VolumeStillInUse says why, and the claim's next sync
+// points the claimRef back at it.
+func TestBinderClaimRefRenamed(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	name := e.name("pv")
+	wrap, hold := holdVolumeUpdates(name)
+	e.startBinder(binderConfig{wrap: wrap})
+	hist := recordHistory(t, e.c, e.ns)
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	pv := e.createPV(testutil.NewPV(name, e.driver).Class(sc.Name).ReclaimPolicy(corev1.PersistentVolumeReclaimDelete))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	e.waitClaim(claim.Name, "Bound", isBound)
+
+	hold.Store(true)
+	edited := e.getPV(pv.Name)
+	edited.Spec.ClaimRef.Name = "renamed"
+	if _, err := e.c.CoreV1().PersistentVolumes().Update(t.Context(), edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "no VolumeStillInUse event on the edited volume", func(ctx context.Context) (bool, error) {
+		if got := e.getPV(pv.Name); got.Status.Phase != corev1.VolumeBound {
+			t.Fatalf("the volume of a claim still bound to it became %s after its claimRef was renamed", got.Status.Phase)
+		}
+		evs, err := e.events(ctx, pv.UID)
+		for _, ev := range evs {
+			if strings.HasPrefix(ev, "Warning VolumeStillInUse:") && strings.Contains(ev, e.ns+"/"+claim.Name) {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+
+	hold.Store(false)
+	e.waitPV(pv.Name, "pointing back at its claim", func(pv *corev1.PersistentVolume) bool {
+		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Name == claim.Name
+	})
+	checkBound(t, e.getClaim(claim.Name), e.getPV(pv.Name), true, true)
+	for _, s := range hist.volumes(func(s pvState) bool { return s.name == pv.Name }) {
+		if s.phase == corev1.VolumeReleased || s.phase == corev1.VolumeFailed {
+			t.Errorf("volume state %v: the volume was never to be released", s)
+		}
+	}
+}
