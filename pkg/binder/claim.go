@@ -201,6 +201,13 @@ func (b *Binder) syncPreboundClaim(ctx context.Context, claim *corev1.Persistent
 		return nil
 	}
 	switch {
+	case (pv.Spec.ClaimRef == nil || storagehelpers.IsVolumeBoundToClaim(pv, claim)) && b.claimUsing(pv, claim) != nil:
+		// Beyond upstream: a volume whose claimRef was removed, or edited
+		// to this claim by name, is still another claim's while that claim
+		// is bound to it; taking it would hand over that claim's data.
+		b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
+		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return err
 	case pv.Spec.ClaimRef == nil:
 		if err := checkVolumeSatisfyClaim(pv, claim); err != nil {
 			b.recorder.Event(claim, corev1.EventTypeWarning, reasonVolumeMismatch, fmt.Sprintf(msgCannotBindRequested, pv.Name, err))

@@ -3,6 +3,7 @@ package binder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,6 +87,12 @@ func TestSyncPendingClaim(t *testing.T) {
 	byName := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Obj()
 	byUID := volumeB("pv1").Class("fast").BoundTo(c1).Obj()
 	toOther := volumeB("pv1").Class("fast").ClaimRef(ns, "other", "").Obj()
+	// c2 still uses pv1 (bind-completed, volumeName) after an edit of pv1's
+	// claimRef: pre-bound to c1 by name, or removed.
+	c2OnPV1 := claimB("c2").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").
+		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
+	byNameInUse := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Phase(corev1.VolumeAvailable).Obj()
+	unboundInUse := volumeB("pv1").Class("fast").Phase(corev1.VolumeAvailable).Obj()
 
 	reserved := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Obj()
 	reservedBound := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeBound).Obj()
@@ -283,6 +290,24 @@ func TestSyncPendingClaim(t *testing.T) {
 			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
 		},
 		{
+			// Beyond upstream, which hands c2's data to c1.
+			name:         "guard: a volume pre-bound to the claim by name while another claim is still bound to it is not taken: Warning, provisioned instead",
+			objects:      objs(classFast(), c1, c2OnPV1, byNameInUse),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			events:       []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/c1", ns+"/c2")},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "guard: a volume whose claimRef was removed while a claim is still bound to it is not taken by another claim",
+			objects:      objs(classFast(), c1, c2OnPV1, unboundInUse),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
 			name:         "provision: both annotations and the in-flight finalizer in one write, no event",
 			objects:      objs(classFast(), c1),
 			sync:         "pvc/c1",
@@ -445,6 +470,8 @@ func TestSyncPreboundClaim(t *testing.T) {
 	cVAC := claimB("c1").Class("fast").VolumeName("pv1").VolumeAttributesClass("gold").Obj()
 	pvVAC := volumeB("pv1").Class("fast").VolumeAttributesClass("gold").Obj()
 	cOther := claimB("c1").Class("other").VolumeName("pv1").Obj()
+	c2OnPV1 := claimB("c2").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").
+		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
 
 	mismatch := func(reason string) string {
 		return `pvc/c1 Warning VolumeMismatch Cannot bind to requested volume "pv1": ` + reason
@@ -507,6 +534,19 @@ func TestSyncPreboundClaim(t *testing.T) {
 		{
 			name:    "2-6 claim pre-bound by the user to a volume bound elsewhere: wait",
 			objects: objs(classFast(), c1, toOther),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
+			// Beyond upstream, which hands c2's data to c1.
+			name:    "guard: claim pre-bound to a volume whose claimRef was removed while another claim is still bound to it: wait",
+			objects: objs(classFast(), c1, c2OnPV1, pv1),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
+			name:    "guard: the same with the volume pre-bound to the claim by name",
+			objects: objs(classFast(), c1, c2OnPV1, byName),
 			sync:    "pvc/c1",
 			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
 		},

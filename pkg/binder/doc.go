@@ -44,10 +44,12 @@
 //     because its claim was not cached yet. Likewise, a bound claim whose
 //     volume is not cached becomes Lost only once the API server has no such
 //     volume either. Beyond upstream, a volume is
-//     neither released nor unbound while another existing claim is still
-//     bound to it (bind-completed and spec.volumeName naming it), which only
-//     a hand edit of spec.claimRef can cause: releasing would delete or hand
-//     out that claim's data. A Warning VolumeStillInUse says how to fix it.
+//     neither released, nor unbound, nor bound to another claim while
+//     another existing claim is still bound to it (bind-completed and
+//     spec.volumeName naming it), which only a hand edit of spec.claimRef
+//     (renamed, moved to another claim by name, or removed) can cause:
+//     releasing would delete or hand out that claim's data. A Warning
+//     VolumeStillInUse says how to fix it.
 //     The binder never calls the driver and touches no volume finalizer
 //     but kube-controller-manager's in-tree kubernetes.io/pv-controller on
 //     a volume the migrated in-tree plugin provisioned, which it removes

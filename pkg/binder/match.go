@@ -96,9 +96,25 @@ func (b *Binder) matchAndReserve(ctx context.Context, claim *corev1.PersistentVo
 	candidates func() []*corev1.PersistentVolume, skipUnbound bool) (*corev1.PersistentVolume, error) {
 	b.reserveMu.Lock()
 	defer b.reserveMu.Unlock()
-	pv, err := findBestMatch(claim, candidates(), skipUnbound)
-	if err != nil || pv == nil {
-		return nil, err
+	pvs := candidates()
+	var pv *corev1.PersistentVolume
+	for {
+		var err error
+		if pv, err = findBestMatch(claim, pvs, skipUnbound); err != nil || pv == nil {
+			return nil, err
+		}
+		user := b.claimUsing(pv, claim)
+		if user == nil {
+			break
+		}
+		// Beyond upstream: a claimRef edited to this claim by name, or
+		// removed, while another claim still uses the volume; taking it
+		// would hand that claim's data to this one.
+		klog.FromContext(ctx).V(4).Info("Not taking a volume another claim is still bound to", "pvc", klog.KObj(claim), "pv", klog.KObj(pv), "user", klog.KObj(user))
+		if pv.Spec.ClaimRef != nil {
+			b.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeStillInUse, fmt.Sprintf(msgVolumeStillInUse, claimRefKey(pv.Spec.ClaimRef), claimKey(user)))
+		}
+		pvs = slices.DeleteFunc(pvs, func(c *corev1.PersistentVolume) bool { return c.Name == pv.Name })
 	}
 	klog.FromContext(ctx).V(4).Info("Found a volume for the claim", "pvc", klog.KObj(claim), "pv", klog.KObj(pv))
 	if storagehelpers.IsVolumeBoundToClaim(pv, claim) {
@@ -123,6 +139,16 @@ func (b *Binder) reserve(ctx context.Context, pv *corev1.PersistentVolume, claim
 		return nil, fmt.Errorf("reserve volume %s for claim %s: %w (%s)", pv.Name, claimKey(claim), errVolumeTaken, claimRefKey(ref))
 	}
 	return b.writeReservation(ctx, cur, claim)
+}
+
+// claimUsing returns an existing claim other than claim that is still bound
+// to pv (see otherClaimBoundTo), or nil. Only a volume reserved for claim
+// with its UID is claim's without a doubt.
+func (b *Binder) claimUsing(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID {
+		return nil
+	}
+	return b.otherClaimBoundTo(pv, &corev1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID})
 }
 
 // writeReservation writes the volume's claimRef (with the claim's UID) and,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/binder"
 )
 
 // holdVolumeUpdates returns a wrapper for the binder's transport that fails
@@ -78,6 +79,51 @@ func TestBinderClaimRefRenamed(t *testing.T) {
 	for _, s := range hist.volumes(func(s pvState) bool { return s.name == pv.Name }) {
 		if s.phase == corev1.VolumeReleased || s.phase == corev1.VolumeFailed {
 			t.Errorf("volume state %v: the volume was never to be released", s)
+		}
+	}
+}
+
+// TestBinderClaimRefMovedByName: an administrator points the claimRef of a
+// Bound volume at another claim by name only (no UID) while the claim bound
+// to it still exists. Upstream's binder then binds the volume to the named
+// claim: the first claim's data is handed to another. Here the named claim
+// does not take it (a Warning VolumeStillInUse on the volume says why; it
+// is handed to the provisioner instead), however many resyncs pass.
+func TestBinderClaimRefMovedByName(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	rb := e.startBinder(binderConfig{opts: []binder.Option{binder.WithProvisionCheck(refuseProvision{})}})
+	hist := recordHistory(t, e.c, e.ns)
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	pv := e.createPV(testutil.NewPV(e.name("pv"), e.driver).Class(sc.Name).ReclaimPolicy(corev1.PersistentVolumeReclaimDelete))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	e.waitClaim(claim.Name, "Bound", isBound)
+
+	edited := e.getPV(pv.Name)
+	edited.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.ns, Name: "intruder"}
+	if _, err := e.c.CoreV1().PersistentVolumes().Update(t.Context(), edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	intruder := e.createClaim(testutil.NewPVC(e.ns, "intruder").Class(sc.Name))
+	testutil.Eventually(t, 0, "no VolumeStillInUse event on the volume", func(ctx context.Context) (bool, error) {
+		if got := e.getClaim(intruder.Name); got.Spec.VolumeName != "" {
+			t.Fatalf("claim %s took volume %s, which claim %s is still bound to", intruder.Name, got.Spec.VolumeName, claim.Name)
+		}
+		evs, err := e.events(ctx, pv.UID)
+		for _, ev := range evs {
+			if strings.HasPrefix(ev, "Warning VolumeStillInUse:") && strings.Contains(ev, e.ns+"/"+claim.Name) {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	rb.waitResyncs(t, 2)
+	if got := e.getClaim(intruder.Name); got.Spec.VolumeName != "" || got.Annotations[annStorageProv] != e.driver {
+		t.Errorf("claim %s: volumeName %q, storage-provisioner %q; want none, handed to %s", got.Name, got.Spec.VolumeName, got.Annotations[annStorageProv], e.driver)
+	}
+	for _, s := range hist.volumes(func(s pvState) bool { return s.name == pv.Name }) {
+		if s.claimUID == intruder.UID {
+			t.Errorf("volume state %v: reserved for the claim that is not bound to it", s)
 		}
 	}
 }
