@@ -651,6 +651,9 @@ func TestSyncBoundClaim(t *testing.T) {
 	pvAvailable := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annBoundByCtrl, "yes").Obj()
 	pvOtherUID := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "uid-older").Phase(corev1.VolumeBound).Obj()
 	pvToOther := volumeB("pv1").Class("fast").ClaimRef(ns, "other", "uid-other").Phase(corev1.VolumeBound).Obj()
+	// c1's binding after its volume's claimRef UID was removed by hand and
+	// the volume's sync made it Available (upstream's 4-2).
+	pvUIDRemoved := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeAvailable).Obj()
 	pvLabelled := volumeB("pv1").Class("fast").Label("tier", "bronze").Obj()
 	c1Sel := c1.DeepCopy()
 	c1Sel.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
@@ -750,6 +753,15 @@ func TestSyncBoundClaim(t *testing.T) {
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
 			actions: []string{"status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
+		},
+		{
+			// Beyond upstream, which marks the claim Lost (Misbound) though
+			// no other claim has the volume: its pods could not start.
+			name:    "3-4-1 bound claim whose volume's claimRef names it without the UID (removed by hand): re-bound",
+			objects: objs(classFast(), c1, pvUIDRemoved),
+			sync:    "pvc/c1",
+			volumes: []*corev1.PersistentVolume{boundVolume(pvUIDRemoved, c1, true)},
+			actions: []string{"update pv/pv1", "status pv/pv1"},
 		},
 		{
 			name:    "3-5 bound claim with bound volume: phases filled in",

@@ -55,7 +55,7 @@ func (b *Binder) resync(ctx context.Context) {
 //     the volume's access modes and no in-flight finalizer;
 //   - a Lost claim whose volume is gone or claimed by another claim (a Lost
 //     claim whose volume reappears unclaimed is bound again, as upstream
-//     does);
+//     does, and so is one whose volume's claimRef names it without a UID);
 //   - a claim out of scope that nothing in scope refers to: spec.volumeName
 //     names a volume out of scope, or its class exists with another
 //     provisioner, no volume in scope is pre-bound to it, and it has no
@@ -93,6 +93,9 @@ func (b *Binder) claimNeedsWork(claim *corev1.PersistentVolumeClaim) bool {
 	ref := pv.Spec.ClaimRef
 	if ref == nil {
 		return true // re-bind, even a Lost claim
+	}
+	if storagehelpers.IsVolumeBoundToClaim(pv, claim) && ref.UID != claim.UID {
+		return true // claimRef by name only: re-bind, even a Lost claim
 	}
 	if ref.UID != claim.UID {
 		return !lost // misbound

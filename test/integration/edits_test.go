@@ -127,3 +127,37 @@ func TestBinderClaimRefMovedByName(t *testing.T) {
 		}
 	}
 }
+
+// TestBinderClaimRefUIDRemoved: an administrator removes the UID from the
+// claimRef of a Bound volume. Upstream's binder makes the volume Available
+// and the claim Lost ("Two claims are bound to the same volume"), though no
+// other claim has it, and the claim's pods cannot start. Here the claim
+// re-binds its volume (the claimRef gets the UID back) and never becomes
+// Lost.
+func TestBinderClaimRefUIDRemoved(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	e.startBinder(binderConfig{})
+	hist := recordHistory(t, e.c, e.ns)
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	pv := e.createPV(testutil.NewPV(e.name("pv"), e.driver).Class(sc.Name).ReclaimPolicy(corev1.PersistentVolumeReclaimDelete))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	e.waitClaim(claim.Name, "Bound", isBound)
+
+	edited := e.getPV(pv.Name)
+	edited.Spec.ClaimRef.UID = ""
+	updated, err := e.c.CoreV1().PersistentVolumes().Update(t.Context(), edited, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitPV(pv.Name, "re-bound to its claim", func(got *corev1.PersistentVolume) bool {
+		return got.ResourceVersion != updated.ResourceVersion && got.Spec.ClaimRef != nil && got.Spec.ClaimRef.UID == claim.UID &&
+			got.Status.Phase == corev1.VolumeBound
+	})
+	checkBound(t, e.getClaim(claim.Name), e.getPV(pv.Name), true, true)
+	for _, s := range hist.claimStates() {
+		if s.name == claim.Name && s.phase == corev1.ClaimLost {
+			t.Errorf("claim state %v: the claim of a volume whose claimRef UID was removed became Lost", s)
+		}
+	}
+}
