@@ -25,7 +25,10 @@ import (
 //   - A PV that is not a CSI volume of this driver gives an
 //     *controller.IgnoredError: the library skips it silently. So does, in
 //     node deployment, a PV whose node affinity does not allow this node,
-//     and one without node affinity (see the package documentation).
+//     and one without node affinity (see the package documentation). A CSI
+//     volume of another driver whose pv.kubernetes.io/provisioned-by names
+//     this one (a hand edit) also gets a Warning VolumeFailedDelete: no
+//     provisioner deletes it, and its handle means nothing to this driver.
 //   - While any VolumeAttachment names the PV (and the driver publishes
 //     volumes), it returns "persistentvolume <pv> is still attached to node
 //     <node>"; the library retries. ShouldDelete keeps such volumes from
@@ -45,6 +48,14 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 		return err
 	}
 	if source == nil {
+		if pv.Spec.CSI != nil && pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] == p.name {
+			// The library hands it to this driver only, the other
+			// driver's provisioner skips it: without a word it would stay
+			// Released for ever. Its handle means nothing to this driver.
+			p.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeFailedDelete, fmt.Sprintf(
+				"persistentvolume %s is a CSI volume of driver %s, but %s names %s: not deleting it; delete the volume with its own driver and this PersistentVolume by hand",
+				pv.Name, pv.Spec.CSI.Driver, storagehelpers.AnnDynamicallyProvisioned, p.name))
+		}
 		return &controller.IgnoredError{Reason: fmt.Sprintf("the volume is not a CSI volume of driver %s", p.name)}
 	}
 	logger := klog.FromContext(ctx).WithValues("pv", klog.KObj(pv), "volumeID", source.VolumeHandle)

@@ -60,9 +60,18 @@ func TestDelete(t *testing.T) {
 		wantSecrets map[string]string
 		wantCall    bool
 		wantGets    int // secret GETs
+		wantEvent   string
 	}{
 		{name: "volume of another driver", pv: testutil.NewPV("pv1", "other.example.com").Obj(), wantIgnored: true},
 		{name: "not a CSI volume", pv: testutil.NewPV("pv1", testDriver).NotCSI().Obj(), wantIgnored: true},
+		{
+			// Nobody else deletes it either: the other driver's provisioner
+			// skips a volume whose provisioned-by names this driver.
+			name: "volume of another driver annotated as provisioned by this one: ignored with a Warning", wantIgnored: true,
+			pv: testutil.NewPV("pv1", "other.example.com").Phase(corev1.VolumeReleased).Annotation(storagehelpers.AnnDynamicallyProvisioned, testDriver).Obj(),
+			wantEvent: "Warning VolumeFailedDelete persistentvolume pv1 is a CSI volume of driver other.example.com, but pv.kubernetes.io/provisioned-by names " + testDriver +
+				": not deleting it; delete the volume with its own driver and this PersistentVolume by hand",
+		},
 		{
 			name: "secret from the annotations", pv: provisionedPV("s", "secretns").Obj(),
 			objs: objs(secret("secretns", "s", map[string]string{"token": "t"})), wantSecrets: map[string]string{"token": "t"}, wantCall: true, wantGets: 1,
@@ -168,6 +177,13 @@ func TestDelete(t *testing.T) {
 			}
 			if gets != tt.wantGets {
 				t.Errorf("secret GETs = %d, want %d", gets, tt.wantGets)
+			}
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
+			}
+			if got := h.events(); !slices.Equal(got, want) {
+				t.Errorf("events %q, want %q", got, want)
 			}
 		})
 	}
