@@ -150,7 +150,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	classes := factory.Storage().V1().StorageClasses()
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
-	p.libraryClaims = &libraryInformer{SharedIndexInformer: p.claimInf}
+	p.libraryClaims = &libraryInformer{SharedIndexInformer: p.claimInf, skip: inflightOnly}
 	p.libraryVolumes = &libraryInformer{SharedIndexInformer: p.volumeInf}
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
 	volumeIndex, err := volindex.Add(p.volumeInf, p.UIDNamePrefix())

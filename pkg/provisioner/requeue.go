@@ -1,13 +1,17 @@
 package provisioner
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 // Waits that end at once. The provisioning library retries a claim it
@@ -39,12 +43,54 @@ import (
 // cache read.
 
 // libraryInformer is a shared informer as handed to the provisioning
-// library: it remembers the handlers registered through it.
+// library: it remembers the handlers registered through it and, with skip,
+// hides from them the updates skip reports (see [inflightOnly]).
 type libraryInformer struct {
 	cache.SharedIndexInformer
+	// skip, when set, reports an informer update that the library's
+	// handlers do not get.
+	skip func(old, cur interface{}) bool
 
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
+}
+
+// skipping is a handler that does not pass on the updates skip reports.
+type skipping struct {
+	cache.ResourceEventHandler
+	skip func(old, cur interface{}) bool
+}
+
+func (h skipping) OnUpdate(old, cur interface{}) {
+	if !h.skip(old, cur) {
+		h.ResourceEventHandler.OnUpdate(old, cur)
+	}
+}
+
+// inflightOnly reports an update of a claim that only added or removed the
+// in-flight finalizer. The library has nothing to do for it, but it syncs
+// every claim it is told changed: the provisioner adds the finalizer in
+// Provision when the binder did not (--enable-binder=false, or
+// kube-controller-manager's binder handed the claim over first), and its
+// guard removes it once the PV is saved, both before the claim is bound. So
+// each such write made the library sync the claim once more, find its PV
+// ("PersistentVolume already exists, skipping") and count that in
+// controller_persistentvolumeclaim_provision_failed_total, after posting
+// another Provisioning event: two failures per volume that upstream, which
+// writes nothing to the claim, never counts. Any other change in the same
+// update (the binder's hand-over or bind) is passed on.
+func inflightOnly(old, cur interface{}) bool {
+	o, ok1 := old.(*corev1.PersistentVolumeClaim)
+	c, ok2 := cur.(*corev1.PersistentVolumeClaim)
+	if !ok1 || !ok2 || inflight.Has(o) == inflight.Has(c) {
+		return false
+	}
+	om, cm := o.ObjectMeta, c.ObjectMeta // shallow copies: only their own fields change
+	om.ResourceVersion, cm.ResourceVersion = "", ""
+	om.ManagedFields, cm.ManagedFields = nil, nil
+	om.Finalizers = slices.DeleteFunc(slices.Clone(om.Finalizers), func(f string) bool { return f == inflight.Finalizer })
+	cm.Finalizers = slices.DeleteFunc(slices.Clone(cm.Finalizers), func(f string) bool { return f == inflight.Finalizer })
+	return equality.Semantic.DeepEqual(om, cm) && equality.Semantic.DeepEqual(o.Spec, c.Spec) && equality.Semantic.DeepEqual(o.Status, c.Status)
 }
 
 func (i *libraryInformer) remember(h cache.ResourceEventHandler) {
@@ -65,7 +111,11 @@ func (i *libraryInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventH
 }
 
 func (i *libraryInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, opts cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
-	reg, err := i.SharedIndexInformer.AddEventHandlerWithOptions(h, opts)
+	registered := h
+	if i.skip != nil {
+		registered = skipping{ResourceEventHandler: h, skip: i.skip}
+	}
+	reg, err := i.SharedIndexInformer.AddEventHandlerWithOptions(registered, opts)
 	if err == nil {
 		i.remember(h)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
@@ -326,6 +327,77 @@ func TestRequeueDetached(t *testing.T) {
 			h.p.attachmentDeleted(tt.deleted)
 			if got := lib.names(); !slices.Equal(got, tt.want) {
 				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// capturingInformer stands for the shared claim informer: it keeps the
+// handler registered on it, so that a test can deliver updates to it.
+type capturingInformer struct {
+	cache.SharedIndexInformer
+	handler cache.ResourceEventHandler
+}
+
+func (c *capturingInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, _ cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	c.handler = h
+	return nil, nil
+}
+
+// updateRecorder records the names of the claims of every update it gets.
+type updateRecorder struct{ updated []string }
+
+func (r *updateRecorder) OnAdd(interface{}, bool) {}
+func (r *updateRecorder) OnDelete(interface{})    {}
+func (r *updateRecorder) OnUpdate(_, obj interface{}) {
+	m, _ := meta.Accessor(obj)
+	r.updated = append(r.updated, m.GetName())
+}
+
+// TestLibraryClaimUpdates: the library's claim handlers get every claim
+// update except one that only adds or removes the in-flight finalizer,
+// which would make the library sync a claim it is provisioning or has
+// provisioned again and count a provisioning failure.
+func TestLibraryClaimUpdates(t *testing.T) {
+	claim := func() *testutil.PVCBuilder { return newClaim("c").RV("1").Finalizers("kubernetes.io/pvc-protection") }
+	withInflight := func() *testutil.PVCBuilder {
+		return newClaim("c").RV("2").Finalizers("kubernetes.io/pvc-protection", inflight.Finalizer)
+	}
+	tests := []struct {
+		name     string
+		old, new *corev1.PersistentVolumeClaim
+		want     bool
+	}{
+		{name: "the provisioner adds the in-flight finalizer", old: claim().Obj(), new: withInflight().Obj()},
+		{name: "the guard removes it", old: withInflight().Obj(), new: claim().RV("3").Obj()},
+		{
+			name: "the binder hands the claim over with it",
+			old:  testutil.NewPVC(testNS, "c").UID("uid-c").Class(testClass).RV("1").Obj(),
+			new:  withInflight().Obj(),
+			want: true,
+		},
+		{name: "the binder binds the claim and removes it", old: withInflight().Obj(), new: claim().RV("3").VolumeName("pv").Obj(), want: true},
+		{name: "it is removed while the claim's deletion starts", old: withInflight().Obj(), new: claim().RV("3").Deleted().Obj(), want: true},
+		{name: "another finalizer changes", old: claim().Obj(), new: newClaim("c").RV("2").Obj(), want: true},
+		{name: "an annotation changes", old: withInflight().Obj(), new: withInflight().RV("3").Annotation("a", "b").Obj(), want: true},
+		{name: "a resync", old: withInflight().Obj(), new: withInflight().Obj(), want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, cloneCaps(), nil)
+			inf := &capturingInformer{}
+			lib := &libraryInformer{SharedIndexInformer: inf, skip: h.p.libraryClaims.skip}
+			rec := &updateRecorder{}
+			if _, err := lib.AddEventHandler(rec); err != nil {
+				t.Fatal(err)
+			}
+			inf.handler.OnUpdate(tt.old, tt.new)
+			if got := len(rec.updated) == 1; got != tt.want {
+				t.Errorf("library got the update: %v, want %v", got, tt.want)
+			}
+			lib.requeue(tt.new)
+			if n := len(rec.updated); n == 0 || rec.updated[n-1] != "c" {
+				t.Errorf("requeue did not reach the library: %v", rec.updated)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,9 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 // TestEndpointsAndLeaderElection runs the sidecar with leader election and
@@ -60,6 +64,61 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 	}
 	waitMetrics(t, endpoint, want)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestProvisionMetricsWithControllerManagerBinder runs the sidecar as
+// upstream is deployed, its binder off and kube-controller-manager's on:
+// claims provisioned without a failure count in
+// controller_persistentvolumeclaim_provision_total only, as with upstream.
+// The in-flight finalizer that the provisioner itself adds and removes here
+// must not make the provisioning library sync the claim again, which it
+// counts in controller_persistentvolumeclaim_provision_failed_total ("PV
+// already exists") and announces with another Provisioning event.
+func TestProvisionMetricsWithControllerManagerBinder(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{controlPlane: cp, memory: true, sidecarArgs: []string{"--http-endpoint=" + endpoint, "--enable-binder=false"}})
+	sc := s.class("kcm", nil)
+	const n = 5
+	claims := make([]*corev1.PersistentVolumeClaim, n)
+	for i := range claims {
+		claims[i] = s.claim(testutil.NewPVC(s.ns, fmt.Sprintf("c%d", i)).Class(sc.Name))
+	}
+	for _, c := range claims {
+		bound, _ := s.waitBound(c.Name)
+		if inflight.Has(bound) {
+			testutil.Eventually(t, 0, "claim "+c.Name+" keeps the in-flight finalizer", func(ctx context.Context) (bool, error) {
+				return !inflight.Has(s.getClaim(c.Name)), nil
+			})
+		}
+	}
+	waitMetrics(t, endpoint, []string{
+		`controller_persistentvolumeclaim_provision_total{class="` + sc.Name + `",source=""} ` + strconv.Itoa(n),
+	})
+	_, body, err := httpGet(t.Context(), endpoint, "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(body) {
+		if strings.HasPrefix(line, "controller_persistentvolumeclaim_provision_failed_total{") {
+			t.Errorf("a failure counted for claims that were all provisioned at the first try: %s", strings.TrimSpace(line))
+		}
+	}
+	for _, c := range claims {
+		list, err := s.c.CoreV1().Events(s.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(c.UID) + ",reason=Provisioning"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var provisioning int32
+		for _, e := range list.Items {
+			provisioning += max(e.Count, 1)
+		}
+		if provisioning > 1 {
+			t.Errorf("claim %s: %d Provisioning events, want 1", c.Name, provisioning)
+		}
+	}
 }
 
 // TestReadyzDriverUnhealthy runs the sidecar against the example driver
