@@ -82,15 +82,19 @@ func (h skipping) OnUpdate(old, cur interface{}) {
 func inflightOnly(old, cur interface{}) bool {
 	o, ok1 := old.(*corev1.PersistentVolumeClaim)
 	c, ok2 := cur.(*corev1.PersistentVolumeClaim)
-	if !ok1 || !ok2 || inflight.Has(o) == inflight.Has(c) {
-		return false
-	}
-	om, cm := o.ObjectMeta, c.ObjectMeta // shallow copies: only their own fields change
-	om.ResourceVersion, cm.ResourceVersion = "", ""
-	om.ManagedFields, cm.ManagedFields = nil, nil
-	om.Finalizers = slices.DeleteFunc(slices.Clone(om.Finalizers), func(f string) bool { return f == inflight.Finalizer })
-	cm.Finalizers = slices.DeleteFunc(slices.Clone(cm.Finalizers), func(f string) bool { return f == inflight.Finalizer })
-	return equality.Semantic.DeepEqual(om, cm) && equality.Semantic.DeepEqual(o.Spec, c.Spec) && equality.Semantic.DeepEqual(o.Status, c.Status)
+	return ok1 && ok2 && inflight.Has(o) != inflight.Has(c) && equalButInflight(o, c)
+}
+
+// equalButInflight reports whether two versions of a claim are the same
+// but for their resourceVersion, managedFields and in-flight finalizer.
+func equalButInflight(a, b *corev1.PersistentVolumeClaim) bool {
+	am, bm := a.ObjectMeta, b.ObjectMeta // shallow copies: only their own fields change
+	am.ResourceVersion, bm.ResourceVersion = "", ""
+	am.ManagedFields, bm.ManagedFields = nil, nil
+	notInflight := func(f string) bool { return f == inflight.Finalizer }
+	am.Finalizers = slices.DeleteFunc(slices.Clone(am.Finalizers), notInflight)
+	bm.Finalizers = slices.DeleteFunc(slices.Clone(bm.Finalizers), notInflight)
+	return equality.Semantic.DeepEqual(am, bm) && equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Status, b.Status)
 }
 
 func (i *libraryInformer) remember(h cache.ResourceEventHandler) {

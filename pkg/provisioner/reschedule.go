@@ -4,9 +4,11 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
 
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
@@ -34,10 +36,51 @@ type libraryClaims struct {
 }
 
 func (c libraryClaims) Update(ctx context.Context, claim *corev1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*corev1.PersistentVolumeClaim, error) {
+	updated, err := c.PersistentVolumeClaimInterface.Update(ctx, c.releaseIdle(claim), opts)
+	if !apierrors.IsConflict(err) {
+		return updated, err
+	}
+	retry, ok := c.rebase(ctx, claim)
+	if !ok {
+		return nil, err
+	}
+	return c.PersistentVolumeClaimInterface.Update(ctx, c.releaseIdle(retry), opts)
+}
+
+// releaseIdle returns claim, or a copy without the in-flight finalizer when
+// the claim goes back to the scheduler with nothing in flight.
+func (c libraryClaims) releaseIdle(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	if inflight.Has(claim) && claim.Spec.VolumeName == "" &&
 		!metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode) && c.attempts.state(claim.UID).idle() {
 		claim = claim.DeepCopy()
 		inflight.Remove(claim)
 	}
-	return c.PersistentVolumeClaimInterface.Update(ctx, claim, opts)
+	return claim
+}
+
+// rebase applies the library's reschedule (selected-node removed) to the
+// live claim when the live claim differs from the library's copy only in
+// that annotation and the in-flight finalizer. The library writes from the
+// copy it started provisioning with, and when the binder is off
+// (--enable-binder=false, --node-deployment) the provisioner adds the
+// finalizer in Provision, after that copy was taken: the write always
+// conflicted, and the library, having kept the claim, called CreateVolume
+// again on the node that had just answered RESOURCE_EXHAUSTED (another
+// Warning, another failure counted). Any other change since the copy makes
+// rebase refuse, and the conflict goes back to the library, which retries.
+func (c libraryClaims) rebase(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, bool) {
+	if metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode) {
+		return nil, false // not a reschedule
+	}
+	live, err := c.Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil || live.UID != claim.UID {
+		return nil, false
+	}
+	retry := live.DeepCopy()
+	delete(retry.Annotations, storagehelpers.AnnSelectedNode)
+	if !equalButInflight(claim, retry) {
+		return nil, false
+	}
+	klog.FromContext(ctx).V(4).Info("Rescheduling the live claim: the library's copy lacks only the in-flight finalizer", "pvc", klog.KObj(claim))
+	return retry, true
 }

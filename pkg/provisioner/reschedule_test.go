@@ -1,11 +1,15 @@
 package provisioner
 
 import (
+	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -51,6 +55,68 @@ func TestLibraryReschedule(t *testing.T) {
 			}
 			if !inflight.Has(sent) {
 				t.Error("the library's object was changed")
+			}
+		})
+	}
+}
+
+// TestLibraryRescheduleConflict: the library's reschedule Update comes from
+// its copy of the claim, which lacks the in-flight finalizer the
+// provisioner added in Provision when the binder is off. Such a conflict is
+// resolved on the live claim, so that the library does not call
+// CreateVolume again; any other change since the copy is left to the
+// library's retry.
+func TestLibraryRescheduleConflict(t *testing.T) {
+	live := func() *testutil.PVCBuilder {
+		return newClaim("c").RV("2").Annotation(storagehelpers.AnnSelectedNode, "n1").Finalizers(inflight.Finalizer)
+	}
+	// copied is the library's copy, taken before the finalizer was added,
+	// as the library sends it: selected-node removed.
+	copied := func() *testutil.PVCBuilder { return newClaim("c").RV("1") }
+	tests := []struct {
+		name        string
+		live, sent  *corev1.PersistentVolumeClaim
+		wantErr     bool
+		wantUpdates int
+	}{
+		{name: "the live claim adds only the in-flight finalizer: rescheduled", live: live().Obj(), sent: copied().Obj(), wantUpdates: 2},
+		{name: "the live claim has another change: conflict", live: live().Annotation("a", "b").Obj(), sent: copied().Obj(), wantErr: true, wantUpdates: 1},
+		{name: "the live claim is another one: conflict", live: live().UID("uid-other").Obj(), sent: copied().Obj(), wantErr: true, wantUpdates: 1},
+		{
+			name: "not a reschedule: conflict", live: live().Obj(), wantErr: true, wantUpdates: 1,
+			sent: copied().Annotation(storagehelpers.AnnSelectedNode, "n1").Annotation("a", "b").Obj(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset(tt.live)
+			updates := 0
+			client.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				updates++
+				obj := a.(k8stesting.UpdateAction).GetObject().(*corev1.PersistentVolumeClaim)
+				if obj.ResourceVersion != tt.live.ResourceVersion {
+					return true, nil, apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), obj.Name, errors.New("the object has been modified"))
+				}
+				return false, nil, nil
+			})
+			l := newLedger()
+			l.final("uid-c")
+			claims := libraryClient{Interface: client, attempts: l}.CoreV1().PersistentVolumeClaims(testNS)
+			got, err := claims.Update(t.Context(), tt.sent, metav1.UpdateOptions{})
+			if updates != tt.wantUpdates {
+				t.Errorf("%d updates, want %d", updates, tt.wantUpdates)
+			}
+			if tt.wantErr {
+				if !apierrors.IsConflict(err) {
+					t.Errorf("err = %v, want the conflict", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := got.Annotations[storagehelpers.AnnSelectedNode]; ok || inflight.Has(got) {
+				t.Errorf("claim after the reschedule: annotations %v, finalizers %v; want neither selected-node nor the in-flight finalizer", got.Annotations, got.Finalizers)
 			}
 		})
 	}

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
@@ -162,4 +165,54 @@ func (s *stack) node(name string) {
 	s.t.Cleanup(func() {
 		_ = s.c.StorageV1().CSINodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+}
+
+// TestRescheduleWithControllerManagerBinder: with the sidecar's binder off
+// (upstream's deployment), the provisioner adds the in-flight finalizer
+// itself before CreateVolume. A claim whose selected node is out of room
+// (RESOURCE_EXHAUSTED) then goes back to the scheduler after that one
+// CreateVolume, with one Warning and one failure counted, as upstream: the
+// library's write that removes selected-node comes from its copy of the
+// claim without the finalizer, and must not fail with a conflict and make
+// the library call CreateVolume again.
+func TestRescheduleWithControllerManagerBinder(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{
+		controlPlane: cp, memory: true, topology: true, driverArgs: []string{"--capacity=10Gi"},
+		sidecarArgs: []string{"--http-endpoint=" + endpoint, "--enable-binder=false"},
+	})
+	ctx := t.Context()
+	if err := s.driver.RegisterNode(ctx, s.c); err != nil {
+		t.Fatal(err)
+	}
+	sc := s.class("wffc", waitForFirstConsumer)
+	claim := s.claim(testutil.NewPVC(s.ns, "big").Class(sc.Name).Size("20Gi").Annotation(annSelectedNode, s.driver.NodeID))
+	testutil.Eventually(t, 0, "selected node not removed from the claim", func(ctx context.Context) (bool, error) {
+		got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, ok := got.Annotations[annSelectedNode]
+		return !ok && !inflight.Has(got), nil
+	})
+	_, body, err := httpGet(ctx, endpoint, "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`csi_sidecar_operations_seconds_count{driver_name="` + s.driver.Name + `",grpc_status_code="ResourceExhausted",method_name="/csi.v1.Controller/CreateVolume"} 1` + "\n",
+		`controller_persistentvolumeclaim_provision_failed_total{class="` + sc.Name + `",source=""} 1` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", strings.TrimSpace(want))
+		}
+	}
+	for line := range strings.Lines(body) {
+		if strings.Contains(line, "CreateVolume") && strings.HasPrefix(line, "csi_sidecar_operations_seconds_count") {
+			t.Logf("%s", strings.TrimSpace(line))
+		}
+	}
 }
