@@ -37,8 +37,10 @@ import (
 //   - The secrets are those named by the PV's deletion-secret annotations.
 //     A PV without the annotations (written by old provisioners) resolves
 //     them from its StorageClass with the claimRef's name and namespace. A
-//     secret that cannot be read is only logged: it may be gone already and
-//     the driver may not need it.
+//     secret that cannot be read is logged and left out: it may be gone
+//     already and the driver may not need it. If DeleteVolume then fails,
+//     its error (and so the VolumeFailedDelete event) also says that the
+//     secret could not be read.
 //   - An error of DeleteVolume is returned as is; the library emits
 //     VolumeFailedDelete and retries. Deleting a volume that no longer
 //     exists succeeds (CSI), so Delete is idempotent.
@@ -73,7 +75,7 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 		logger.V(4).Info("Not deleting an attached volume", "err", err)
 		return err
 	}
-	secrets, err := p.deletionSecrets(ctx, pv)
+	secrets, unread, err := p.deletionSecrets(ctx, pv)
 	if err != nil {
 		return err
 	}
@@ -82,6 +84,11 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	}
 	err = p.driver.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: source.VolumeHandle, Secrets: secrets})
 	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))
+	if err != nil && unread != nil {
+		// The driver's answer alone (often "unauthenticated") would hide
+		// that the secret it needs is gone: say so in the library's event.
+		return fmt.Errorf("%w (sent without secrets: %w)", err, unread)
+	}
 	return err
 }
 
@@ -172,9 +179,11 @@ func (p *Provisioner) attachedTo(pv *corev1.PersistentVolume) (string, bool, err
 }
 
 // deletionSecrets returns the data of the secret DeleteVolume needs for pv,
-// nil for none. Only an invalid secret template of the fallback is an
-// error.
-func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.PersistentVolume) (map[string]string, error) {
+// nil for none. A secret that cannot be read is left out (it may have gone
+// with its namespace, and the driver may not need it) and unread says why,
+// for the error of a DeleteVolume that then fails. Only an invalid secret
+// template of the fallback is an error.
+func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.PersistentVolume) (data map[string]string, unread, err error) {
 	logger := klog.FromContext(ctx)
 	name, hasName := pv.Annotations[annDeletionSecretName]
 	namespace, hasNamespace := pv.Annotations[annDeletionSecretNS]
@@ -183,22 +192,20 @@ func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.Persistent
 	case hasName && hasNamespace:
 		if name == "" || namespace == "" {
 			logger.V(4).Info("The volume needs no deletion secret")
-			return nil, nil
+			return nil, nil, nil
 		}
 		ref = &corev1.SecretReference{Name: name, Namespace: namespace}
 	default:
-		var err error
 		if ref, err = p.deletionSecretFromClass(logger, pv); err != nil || ref == nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	data, err := secretData(ctx, p.client, ref)
+	data, err = secretData(ctx, p.client, ref)
 	if err != nil {
-		// The secret may have been deleted with its namespace; try without.
 		logger.Error(err, "Could not read the deletion secret; deleting the volume without it", "secret", klog.KRef(ref.Namespace, ref.Name))
-		return nil, nil
+		return nil, fmt.Errorf("the deletion secret could not be read: %w", err), nil
 	}
-	return data, nil
+	return data, nil, nil
 }
 
 // deletionSecretFromClass resolves the provisioner secret of pv's class

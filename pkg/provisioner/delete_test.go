@@ -79,6 +79,11 @@ func TestDelete(t *testing.T) {
 		{name: "empty annotations: no secret", pv: provisionedPV("", "").Obj(), wantCall: true},
 		{name: "annotated secret missing: deleted without it", pv: provisionedPV("gone", "secretns").Obj(), wantCall: true, wantGets: 1},
 		{
+			name: "annotated secret missing, DeleteVolume fails: the error says so", pv: provisionedPV("gone", "secretns").Obj(),
+			deleteErr: csiErr(codes.Unauthenticated), wantCall: true, wantGets: 1,
+			wantErr: `mock Unauthenticated (sent without secrets: the deletion secret could not be read: error getting secret gone in namespace secretns: secrets "gone" not found)`,
+		},
+		{
 			name: "no annotations: secret resolved from the class with the claimRef",
 			pv: func() *corev1.PersistentVolume {
 				pv := provisionedPV("", "").Obj()

@@ -27,8 +27,10 @@ import (
 // counts. Then the secret changes again, so DeleteVolume fails: the PV gets
 // a Warning VolumeFailedDelete with the driver's message and stays
 // Released, the driver keeps the volume, and the failed-deletion metric
-// counts; once the secret is right again the volume and the PV are deleted
-// and the deletion metric counts.
+// counts. The secret is then deleted: the event also says that DeleteVolume
+// was sent without it because it could not be read. Once the secret is back
+// and right the volume and the PV are deleted and the deletion metric
+// counts.
 func TestCreateAndDeleteVolumeFail(t *testing.T) {
 	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s := newStack(t, stackConfig{
@@ -100,7 +102,20 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 		t.Errorf("driver volumes = %v (%v) after a failed DeleteVolume, want %s", ids, err, handle)
 	}
 
-	setToken("abc123")
+	// The secret is deleted: the driver's refusal alone would not say why,
+	// the event names the secret that could not be read.
+	if err := secrets.Delete(ctx, "creds", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(metav1.NamespaceDefault, string(pv.UID), corev1.EventTypeWarning, "VolumeFailedDelete",
+		`sent without secrets: the deletion secret could not be read: error getting secret creds in namespace `+s.ns+`: secrets "creds" not found`)
+
+	if _, err := secrets.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"token": "abc123"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	s.waitGone(claim.Name, pv.Name)
 	waitMetric(t, endpoint, deleted, func(n float64) bool { return n >= 1 })
 }
