@@ -342,9 +342,15 @@ func (w *Writer) writeOnce(ctx context.Context, wr write) bool {
 		// The server is overloaded or restarting: worth another try
 		// (client-go's writer drops these).
 	case errors.As(err, &status):
-		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		switch {
+		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && wr.event.Type == corev1.EventTypeWarning:
+			// No event can be written in a namespace being deleted, and
+			// what keeps one of its claims (an in-flight finalizer) is
+			// explained only by such a Warning: keep it in the log.
+			logger.Info("Warning event not written: its namespace is being deleted", "message", wr.event.Message)
+		case apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 			logger.V(5).Info("Event refused by the API server", "err", err)
-		} else {
+		default:
 			logger.Error(err, "Event refused by the API server, dropping it")
 		}
 		return true

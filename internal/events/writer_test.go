@@ -364,6 +364,46 @@ func TestWriterStopping(t *testing.T) {
 	}
 }
 
+// TestWriterNamespaceTerminating: the API server refuses every event in a
+// namespace being deleted. A Warning is the only explanation of a claim
+// that a finalizer keeps there, so it is logged at the default verbosity,
+// with the object, reason and message; a Normal event is not.
+func TestWriterNamespaceTerminating(t *testing.T) {
+	terminating := apierrors.NewForbidden(corev1.Resource("events"), "", errors.New("unable to create new content in namespace ns because it is being terminated"))
+	terminating.ErrStatus.Details.Causes = append(terminating.ErrStatus.Details.Causes,
+		metav1.StatusCause{Type: corev1.NamespaceTerminatingCause, Message: "namespace ns is being terminated", Field: "metadata.namespace"})
+	tests := []struct {
+		name     string
+		typ      string
+		wantLine bool
+	}{
+		{name: "Warning: logged", typ: corev1.EventTypeWarning, wantLine: true},
+		{name: "Normal: not logged", typ: corev1.EventTypeNormal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(0)))
+			ctx := klog.NewContext(t.Context(), logger)
+			api := &apiEvents{fail: func(int) error { return terminating }}
+			w := NewWriter(api, WriterOptions{Workers: 1, RetryInterval: time.Hour})
+			e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c.1"}, Type: tt.typ, Reason: failReason,
+				Message:        "finalizer stays so that a volume cannot leak",
+				InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"}}
+			w.write(ctx, ctx, write{event: e})
+			log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			line := strings.Contains(log, "Warning event not written: its namespace is being deleted") &&
+				strings.Contains(log, `object="ns/c"`) && strings.Contains(log, `reason="`+failReason+`"`) &&
+				strings.Contains(log, `message="finalizer stays so that a volume cannot leak"`)
+			if line != tt.wantLine || (!tt.wantLine && log != "") {
+				t.Errorf("log at verbosity 0, want the event's line %v:\n%s", tt.wantLine, log)
+			}
+			if calls, _, _ := api.counts(); calls != 1 {
+				t.Errorf("%d write calls, want 1 (no retry)", calls)
+			}
+		})
+	}
+}
+
 // TestWriterDrains: events still queued when Run's context ends are
 // written before Run returns, within the drain timeout; with an API server
 // that does not answer, Run returns once the drain timeout is over and
