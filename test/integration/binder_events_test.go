@@ -103,7 +103,7 @@ func TestBinderWaitForPodScheduled(t *testing.T) {
 
 // TestBinderPreBoundMismatch: a claim pre-bound (spec.volumeName) to a
 // volume it cannot have gets a Warning that says why: the volume is bound
-// to another claim (FailedBinding), or it is too small, of another class,
+// to another claim or does not exist (FailedBinding), or it is too small, of another class,
 // without the claim's access mode or of another volume mode
 // (VolumeMismatch "Cannot bind to requested volume"). A volume pre-bound
 // (claimRef with UID) to a claim of another volume mode gets a
@@ -159,6 +159,8 @@ func TestBinderPreBoundMismatch(t *testing.T) {
 			fmt.Sprintf("Cannot bind to requested volume %q: incompatible accessMode", e.name("rox"))},
 		{testutil.NewPVC(e.ns, "wrong-mode").VolumeName(e.name("block")), "VolumeMismatch",
 			fmt.Sprintf("Cannot bind to requested volume %q: incompatible volumeMode", e.name("block"))},
+		{testutil.NewPVC(e.ns, "no-volume").VolumeName(e.name("missing")), "FailedBinding",
+			fmt.Sprintf("Cannot bind to requested volume %q: the volume does not exist", e.name("missing"))},
 	} {
 		c := e.createClaim(tc.claim.Class(sc.Name))
 		e.waitClaimEvent(c, corev1.EventTypeWarning, tc.reason, tc.message)
