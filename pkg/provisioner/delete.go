@@ -196,8 +196,8 @@ func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.Persistent
 		}
 		ref = &corev1.SecretReference{Name: name, Namespace: namespace}
 	default:
-		if ref, err = p.deletionSecretFromClass(logger, pv); err != nil || ref == nil {
-			return nil, nil, err
+		if ref, unread, err = p.deletionSecretFromClass(logger, pv); err != nil || ref == nil {
+			return nil, unread, err
 		}
 	}
 	data, err = secretData(ctx, p.client, ref)
@@ -213,30 +213,31 @@ func (p *Provisioner) deletionSecrets(ctx context.Context, pv *corev1.Persistent
 // upstream) with the claimRef's name and namespace (annotation tokens
 // cannot resolve), for volumes without the deletion-secret annotations:
 // those written by old provisioners, and in-tree volumes provisioned
-// before the migration.
-func (p *Provisioner) deletionSecretFromClass(logger klog.Logger, pv *corev1.PersistentVolume) (*corev1.SecretReference, error) {
+// before the migration. A class that cannot be read leaves no secret, and
+// unread says why (see deletionSecrets).
+func (p *Provisioner) deletionSecretFromClass(logger klog.Logger, pv *corev1.PersistentVolume) (ref *corev1.SecretReference, unread, err error) {
 	className := storagehelpers.GetPersistentVolumeClass(pv)
 	if className == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	class, err := p.classes.Get(className)
 	if err != nil {
 		logger.Info("Could not get the volume's storage class; deleting the volume without secrets", "class", className, "err", err)
-		return nil, nil
+		return nil, fmt.Errorf("the storage class that names the deletion secret could not be read: %w", err), nil
 	}
 	if pv.Spec.ClaimRef == nil {
 		logger.Info("The volume has no claim reference; deleting it without secrets")
-		return nil, nil
+		return nil, nil, nil
 	}
 	// A class of the migrated in-tree plugin names its secrets in the
 	// plugin's terms (Portworx: openstorage.io/auth-secret-*).
 	if class, _, err = p.csiClass(logger, class); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pv.Spec.ClaimRef.Name, Namespace: pv.Spec.ClaimRef.Namespace}}
-	ref, err := resolveSecretRef(logger, provisionerSecret, class.Parameters, pv.Name, claim)
+	ref, err = resolveSecretRef(logger, provisionerSecret, class.Parameters, pv.Name, claim)
 	if err != nil {
-		return nil, fmt.Errorf("failed to get secretreference for volume %s: %w", pv.Name, err)
+		return nil, nil, fmt.Errorf("failed to get secretreference for volume %s: %w", pv.Name, err)
 	}
-	return ref, nil
+	return ref, nil, nil
 }

@@ -106,6 +106,12 @@ func TestDelete(t *testing.T) {
 			pv:   testutil.NewPV("pv1", testDriver).Class(testClass).ClaimRef(testNS, "c", "uid-c").Obj(), wantCall: true,
 		},
 		{
+			name: "no annotations, class gone, DeleteVolume fails: the error says so",
+			pv:   testutil.NewPV("pv1", testDriver).Class(testClass).ClaimRef(testNS, "c", "uid-c").Obj(), wantCall: true,
+			deleteErr: csiErr(codes.Unauthenticated),
+			wantErr:   `mock Unauthenticated (sent without secrets: the storage class that names the deletion secret could not be read: storageclass.storage.k8s.io "` + testClass + `" not found)`,
+		},
+		{
 			name: "no annotations, no claimRef: deleted without secrets",
 			pv:   testutil.NewPV("pv1", testDriver).Class(testClass).Obj(),
 			objs: objs(newClass().Param(provisionerSecret.nameKey, "s").Param(provisionerSecret.namespaceKey, "ns").Obj()), wantCall: true,

@@ -13,7 +13,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
@@ -210,4 +212,68 @@ func TestDeleteManyOnce(t *testing.T) {
 			t.Errorf("sidecar log: %s", line)
 		}
 	}
+}
+
+// TestDeleteVolumeClassGone: a PV without the deletion-secret annotations
+// (as old provisioners wrote them) takes its deletion secret from its
+// StorageClass. With the class deleted it is deleted without secrets, as
+// upstream; the driver, which requires one, refuses, and the PV's Warning
+// VolumeFailedDelete says that the class could not be read. Once the class
+// is back (and its secret right) the volume and the PV are deleted.
+func TestDeleteVolumeClassGone(t *testing.T) {
+	s := newStack(t, stackConfig{driverArgs: []string{"--require-delete-secret=token=abc123"}})
+	ctx := t.Context()
+	// Wrong until the end: a deletion that still finds the class in the
+	// sidecar's cache fails too, instead of deleting the volume early.
+	secret, err := s.c.CoreV1().Secrets(s.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"token": "wrong"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSecret := func(sc *storagev1.StorageClass) {
+		sc.Parameters = map[string]string{
+			"csi.storage.k8s.io/provisioner-secret-name":      "creds",
+			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+		}
+	}
+	sc := s.class("gone", withSecret)
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		delete(cur.Annotations, "volume.kubernetes.io/provisioner-deletion-secret-name")
+		delete(cur.Annotations, "volume.kubernetes.io/provisioner-deletion-secret-namespace")
+		_, err = s.c.CoreV1().PersistentVolumes().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "class not deleted", func(ctx context.Context) (bool, error) {
+		_, err := s.c.StorageV1().StorageClasses().Get(ctx, sc.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(metav1.NamespaceDefault, string(pv.UID), corev1.EventTypeWarning, "VolumeFailedDelete",
+		`sent without secrets: the storage class that names the deletion secret could not be read: storageclass.storage.k8s.io "`+sc.Name+`" not found`)
+
+	secret.Data = map[string][]byte{"token": []byte("abc123")}
+	if _, err := s.c.CoreV1().Secrets(s.ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recreated := testutil.NewSC(sc.Name, s.driver.Name).Obj()
+	withSecret(recreated)
+	testutil.CreateClass(t, s.c, recreated)
+	s.waitGone(claim.Name, pv.Name)
 }
