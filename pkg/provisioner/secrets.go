@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -219,10 +220,16 @@ func expandTemplate(tmpl string, values map[string]string) (string, error) {
 
 // secretData reads the secret ref points to with a live GET (secrets are
 // not cached by the provisioner) and returns its data as strings; nil for a
-// nil ref. The values are never logged.
+// nil ref. The values are never logged: client-go logs the body of every
+// response through the context's logger from -v=8 (a hex dump of the
+// protobuf Secret, its values in clear), so the GET runs with a logger that
+// has those levels off; the request's URL and status (-v=6) still show.
 func secretData(ctx context.Context, client kubernetes.Interface, ref *corev1.SecretReference) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
+	}
+	if logger := klog.FromContext(ctx); logger.GetSink() != nil {
+		ctx = klog.NewContext(ctx, logger.WithSink(newBodylessSink(logger.GetSink())))
 	}
 	secret, err := client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
@@ -233,4 +240,59 @@ func secretData(ctx context.Context, client kubernetes.Interface, ref *corev1.Se
 		data[k] = string(v)
 	}
 	return data, nil
+}
+
+// bodyLevel is the verbosity from which client-go logs request and
+// response bodies.
+const bodyLevel = 8
+
+// bodylessSink passes everything to its sink but the levels from
+// bodyLevel up, which it reports as disabled whatever -v says.
+type bodylessSink struct{ logr.LogSink }
+
+// newBodylessSink wraps sink, one call deeper: its Info is called from
+// bodylessSink's, so the file:line it reports stays the caller's.
+func newBodylessSink(sink logr.LogSink) bodylessSink {
+	if d, ok := sink.(logr.CallDepthLogSink); ok {
+		sink = d.WithCallDepth(1)
+	}
+	return bodylessSink{sink}
+}
+
+var (
+	_ logr.CallDepthLogSink       = bodylessSink{}
+	_ logr.CallStackHelperLogSink = bodylessSink{}
+)
+
+func (s bodylessSink) Enabled(level int) bool {
+	return level < bodyLevel && s.LogSink.Enabled(level)
+}
+
+func (s bodylessSink) Info(level int, msg string, keysAndValues ...any) {
+	if level < bodyLevel {
+		s.LogSink.Info(level, msg, keysAndValues...)
+	}
+}
+
+func (s bodylessSink) WithValues(keysAndValues ...any) logr.LogSink {
+	return bodylessSink{s.LogSink.WithValues(keysAndValues...)}
+}
+
+func (s bodylessSink) WithName(name string) logr.LogSink {
+	return bodylessSink{s.LogSink.WithName(name)}
+}
+
+// WithCallDepth keeps the call sites client-go reports (file:line).
+func (s bodylessSink) WithCallDepth(depth int) logr.LogSink {
+	if d, ok := s.LogSink.(logr.CallDepthLogSink); ok {
+		return bodylessSink{d.WithCallDepth(depth)}
+	}
+	return s
+}
+
+func (s bodylessSink) GetCallStackHelper() func() {
+	if h, ok := s.LogSink.(logr.CallStackHelperLogSink); ok {
+		return h.GetCallStackHelper()
+	}
+	return func() {}
 }

@@ -1,12 +1,22 @@
 package provisioner
 
 import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -223,5 +233,63 @@ func TestExpandTemplate(t *testing.T) {
 	got, err := expandTemplate("$pv.name", map[string]string{"pv": "x"})
 	if err != nil || got != "x.name" {
 		t.Errorf("expandTemplate($pv.name) = %q, %v; os.Expand semantics expected", got, err)
+	}
+}
+
+// TestSecretDataNotLogged reads a secret through a real REST client whose
+// context logger is at -v=10, where client-go logs every response body
+// (from -v=8), and requires that the secret's value is not in the log
+// while the same GET made directly logs it.
+func TestSecretDataNotLogged(t *testing.T) {
+	const value = "hunter2-not-in-any-log"
+	body, err := json.Marshal(&corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"},
+		Data:       map[string][]byte{"token": []byte(value)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &corev1.SecretReference{Namespace: "ns", Name: "s"}
+	needles := []string{value, base64.StdEncoding.EncodeToString([]byte(value))}
+	logged := func(logger klog.Logger) bool {
+		log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+		return slices.ContainsFunc(needles, func(n string) bool { return strings.Contains(log, n) })
+	}
+	for _, tc := range []struct {
+		name string
+		get  func(ctx context.Context) (map[string]string, error)
+		want bool
+	}{
+		{name: "client-go directly (proves the check)", want: true, get: func(ctx context.Context) (map[string]string, error) {
+			s, err := client.CoreV1().Secrets("ns").Get(ctx, "s", metav1.GetOptions{})
+			return map[string]string{"token": string(s.Data["token"])}, err
+		}},
+		{name: "secretData", get: func(ctx context.Context) (map[string]string, error) {
+			return secretData(ctx, client, ref)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(10), ktesting.BufferLogs(true)))
+			data, err := tc.get(klog.NewContext(t.Context(), logger))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data["token"] != value {
+				t.Fatalf("data = %q, want the secret's value", data)
+			}
+			if got := logged(logger); got != tc.want {
+				t.Errorf("secret value logged = %v, want %v; log:\n%s", got, tc.want, logger.GetSink().(ktesting.Underlier).GetBuffer().String())
+			}
+		})
 	}
 }

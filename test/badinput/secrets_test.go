@@ -2,11 +2,14 @@ package badinput
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,21 +22,29 @@ import (
 )
 
 // TestSecretsNotLogged provisions and deletes a volume with provisioner,
-// node-stage and node-publish secrets, the sidecar at -v=10 and the driver
-// at -v=5, and greps every log line of both for each secret value, plain
-// and base64-encoded. The driver requires the provisioner secret for
+// node-stage and node-publish secrets, the sidecar at -v=10 in each log
+// format and the driver at -v=5, and searches every log line of both for
+// each secret value: plain, base64-encoded, and in the hex dumps client-go
+// writes of protobuf bodies from -v=8. It also searches the namespace's
+// events and the PV. The driver requires the provisioner secret for
 // CreateVolume and DeleteVolume, so the test only passes if the secret
 // really went through.
 func TestSecretsNotLogged(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) { testSecretsNotLogged(t, format) })
+	}
+}
+
+func testSecretsNotLogged(t *testing.T, format string) {
 	value := func(kind string) string {
 		b := make([]byte, 12)
 		_, _ = rand.Read(b)
 		return kind + "-" + hex.EncodeToString(b)
 	}
 	prov, stage, publish := value("prov"), value("stage"), value("publish")
-	s := newStack(t, "secrets",
+	s := newStack(t, "secrets-"+format,
 		[]string{"-v=5", "--require-create-secret=token=" + prov, "--require-delete-secret=token=" + prov},
-		[]string{"-v=10"})
+		[]string{"-v=10", "--logging-format=" + format})
 	ctx := t.Context()
 	for name, v := range map[string]string{"prov": prov, "stage": stage, "publish": publish} {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"token": v}}
@@ -41,7 +52,7 @@ func TestSecretsNotLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sc := s.class(t, "secrets", func(sc *storagev1.StorageClass) {
+	sc := s.class(t, "secrets-"+format, func(sc *storagev1.StorageClass) {
 		sc.Parameters = map[string]string{
 			"csi.storage.k8s.io/provisioner-secret-name":       "prov",
 			"csi.storage.k8s.io/provisioner-secret-namespace":  "${pvc.namespace}",
@@ -63,6 +74,10 @@ func TestSecretsNotLogged(t *testing.T) {
 	if ref := pv.Spec.CSI.NodePublishSecretRef; ref == nil || ref.Name != "publish" {
 		t.Errorf("nodePublishSecretRef = %+v", ref)
 	}
+	pvJSON, err := json.Marshal(pv)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.deleteClaim(t, c.Name)
 	s.waitPVGone(t, pv.Name, pv.Spec.CSI.VolumeHandle)
 	_ = s.sidecar.Stop(10 * time.Second)
@@ -71,12 +86,11 @@ func TestSecretsNotLogged(t *testing.T) {
 	// The sidecar really logged at -v=10 while it read the secret: client-go
 	// logs each request's URL from -v=6, and bodies from -v=8.
 	if n := countLines(t, s.sidecar.LogPath, "/namespaces/"+s.ns+"/secrets/prov"); n == 0 {
-		t.Errorf("the sidecar log shows no request for the secret: the grep below proves nothing")
+		t.Errorf("the sidecar log shows no request for the secret: the search below proves nothing")
 	}
-	t.Logf("sidecar log: %d lines with a response body", countLines(t, s.sidecar.LogPath, "Response Body"))
 	// The driver logged the requests at -v=5, with the secrets replaced.
 	if n := countLines(t, s.driver.LogPath, "***stripped***"); n == 0 {
-		t.Errorf("the driver log shows no request with stripped secrets: the grep below proves nothing")
+		t.Errorf("the driver log shows no request with stripped secrets: the search below proves nothing")
 	}
 	for _, path := range []string{s.sidecar.LogPath, s.driver.LogPath} {
 		lines, hits := grepSecrets(t, path, prov, stage, publish)
@@ -85,6 +99,58 @@ func TestSecretsNotLogged(t *testing.T) {
 			t.Errorf("%s logs a secret value in %d lines, for example:\n%s", path, len(hits), strings.Join(hits[:min(3, len(hits))], "\n"))
 		}
 	}
+	dumped := dumpedBytes(t, s.sidecar.LogPath)
+	if !bytes.Contains(dumped, []byte("PersistentVolumeClaim")) {
+		t.Errorf("no claim in the %d bytes of the sidecar log's hex dumps: the search below proves nothing", len(dumped))
+	}
+	for _, v := range []string{prov, stage, publish} {
+		if bytes.Contains(dumped, []byte(v)) {
+			t.Errorf("the sidecar log has the secret value %q in the hex dump of a body", v)
+		}
+	}
+	events, err := s.c.CoreV1().Events(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventsJSON, err := json.Marshal(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, b := range map[string][]byte{"the PV": pvJSON, "the namespace's events": eventsJSON} {
+		for _, v := range []string{prov, stage, publish} {
+			if bytes.Contains(b, []byte(v)) || bytes.Contains(b, []byte(base64.StdEncoding.EncodeToString([]byte(v)))) {
+				t.Errorf("%s carries the secret value %q", what, v)
+			}
+		}
+	}
+}
+
+// hexDumpRow matches a row of encoding/hex's Dump: offset, then up to 16
+// bytes in hex.
+var hexDumpRow = regexp.MustCompile(`(?m)^\s*[0-9a-f]{8}  ((?:[0-9a-f]{2} {1,2}){1,16})`)
+
+// dumpedBytes returns the bytes of every hex dump in the log file, one
+// after another: client-go logs a binary (protobuf) body that way from
+// -v=8, over several lines in the text format and in one JSON string with
+// escaped newlines in the JSON format.
+func dumpedBytes(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.NewReplacer(`\n`, "\n", `\t`, "\t").Replace(string(b))
+	var out []byte
+	for _, m := range hexDumpRow.FindAllStringSubmatch(text, -1) {
+		for _, h := range strings.Fields(m[1]) {
+			v, err := hex.DecodeString(h)
+			if err != nil {
+				t.Fatalf("hex dump row %q: %v", m[0], err)
+			}
+			out = append(out, v...)
+		}
+	}
+	return out
 }
 
 // grepSecrets returns the number of lines of the file and the lines (cut
