@@ -305,12 +305,15 @@ func (c *Client) Address() string { return c.address }
 
 // CreateVolume sends req with the configured call timeout and returns the
 // created volume. On failure the error is an *Error; pass it to [Classify]
-// to learn what to do. The call is idempotent by req.Name: repeating it after
+// to learn what to do; its message never carries the values of req's
+// secrets, even when the driver's does. The call is idempotent by req.Name: repeating it after
 // an InProgress error continues the same creation.
 func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error) {
-	resp, took, err := timed(ctx, c.timeout, func(ctx context.Context) (*csi.CreateVolumeResponse, error) {
+	r := newRedactor(req.GetSecrets())
+	resp, took, err := timed(r.context(ctx), c.timeout, func(ctx context.Context) (*csi.CreateVolumeResponse, error) {
 		return c.ctrl.CreateVolume(ctx, req)
 	})
+	err = r.error(err)
 	klog.FromContext(ctx).V(2).Info("CreateVolume", "volumeName", req.GetName(), "duration", took, "code", Code(err))
 	if err != nil {
 		return nil, &Error{Method: "CreateVolume", Volume: req.GetName(), Err: err}
@@ -325,11 +328,13 @@ func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 // DeleteVolume sends req with the configured call timeout. Deleting a volume
 // that does not exist succeeds (CSI requires it). On failure the error is an
-// *Error.
+// *Error, whose message never carries the values of req's secrets.
 func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error {
-	_, took, err := timed(ctx, c.timeout, func(ctx context.Context) (*csi.DeleteVolumeResponse, error) {
+	r := newRedactor(req.GetSecrets())
+	_, took, err := timed(r.context(ctx), c.timeout, func(ctx context.Context) (*csi.DeleteVolumeResponse, error) {
 		return c.ctrl.DeleteVolume(ctx, req)
 	})
+	err = r.error(err)
 	klog.FromContext(ctx).V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", took, "code", Code(err))
 	if err != nil {
 		return &Error{Method: "DeleteVolume", Volume: req.GetVolumeId(), Err: err}

@@ -52,7 +52,11 @@
 //
 // csi-lib-utils logs every request and response at V(5) through the logger
 // of the call's context, with fields marked csi_secret (all secrets maps)
-// replaced by "***stripped***". With [WithMetrics], every call is recorded in
+// replaced by "***stripped***". A driver's error message cannot be sanitized
+// that way, and some drivers format the request into it: CreateVolume and
+// DeleteVolume replace the values of the request's secrets in the error they
+// return, and in what is logged during the call, by "***stripped***" too,
+// keeping the gRPC code. With [WithMetrics], every call is recorded in
 // csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}.
 // Connect sets the manager's driver name once GetPluginInfo has answered; the
 // probes before it carry the manager's initial name ("unknown-driver" for a

@@ -1,0 +1,146 @@
+package csiclient
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// stripped replaces a secret value, as protosanitizer does.
+const stripped = "***stripped***"
+
+// redactor replaces the values of a call's secrets in text a driver wrote:
+// a driver that formats the request into its error message (with %v, say)
+// would otherwise put them into the sidecar's events and logs, where
+// protosanitizer, which only sees the request, cannot help.
+type redactor struct{ r *strings.Replacer }
+
+// newRedactor returns the redactor of secrets; nil when there are none to
+// replace. Longer values are replaced first, so that a value containing
+// another is stripped whole.
+func newRedactor(secrets map[string]string) *redactor {
+	values := slices.DeleteFunc(slices.Collect(maps.Values(secrets)), func(v string) bool { return v == "" })
+	if len(values) == 0 {
+		return nil
+	}
+	slices.SortFunc(values, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	pairs := make([]string, 0, 2*len(values))
+	for _, v := range slices.Compact(values) {
+		pairs = append(pairs, v, stripped)
+	}
+	return &redactor{strings.NewReplacer(pairs...)}
+}
+
+// context returns ctx with its logger wrapped so that what csi-lib-utils
+// logs of the call at V(5) (the driver's error among it) is redacted too.
+func (r *redactor) context(ctx context.Context) context.Context {
+	if r == nil {
+		return ctx
+	}
+	logger := klog.FromContext(ctx)
+	if logger.GetSink() == nil {
+		return ctx
+	}
+	sink := logger.GetSink()
+	// One call deeper: the sink's Info is called from redactingSink's, and
+	// the file:line it reports must stay the caller's.
+	if d, ok := sink.(logr.CallDepthLogSink); ok {
+		sink = d.WithCallDepth(1)
+	}
+	return klog.NewContext(ctx, logger.WithSink(redactingSink{LogSink: sink, r: r}))
+}
+
+// error returns err with the secrets stripped from its gRPC status message,
+// keeping the code and details; err itself when there is nothing to strip.
+// An error without a gRPC status comes from gRPC or the context, never from
+// the driver, and is returned as it is.
+func (r *redactor) error(err error) error {
+	if r == nil || err == nil {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	msg := r.r.Replace(st.Message())
+	if msg == st.Message() {
+		return err
+	}
+	p := st.Proto()
+	p.Message = msg
+	return status.ErrorProto(p)
+}
+
+// value redacts a logged value: errors and strings.
+func (r *redactor) value(v any) any {
+	switch v := v.(type) {
+	case error:
+		if s := r.r.Replace(v.Error()); s != v.Error() {
+			return errors.New(s)
+		}
+	case string:
+		return r.r.Replace(v)
+	}
+	return v
+}
+
+// redactingSink redacts the message and the error and string values of
+// everything logged through it.
+type redactingSink struct {
+	logr.LogSink
+	r *redactor
+}
+
+var (
+	_ logr.CallDepthLogSink       = redactingSink{}
+	_ logr.CallStackHelperLogSink = redactingSink{}
+)
+
+func (s redactingSink) redact(kv []any) []any {
+	out := make([]any, len(kv))
+	for i, v := range kv {
+		out[i] = s.r.value(v)
+	}
+	return out
+}
+
+func (s redactingSink) Info(level int, msg string, kv ...any) {
+	s.LogSink.Info(level, s.r.r.Replace(msg), s.redact(kv)...)
+}
+
+func (s redactingSink) Error(err error, msg string, kv ...any) {
+	if err != nil {
+		err, _ = s.r.value(err).(error)
+	}
+	s.LogSink.Error(err, s.r.r.Replace(msg), s.redact(kv)...)
+}
+
+func (s redactingSink) WithValues(kv ...any) logr.LogSink {
+	return redactingSink{LogSink: s.LogSink.WithValues(s.redact(kv)...), r: s.r}
+}
+
+func (s redactingSink) WithName(name string) logr.LogSink {
+	return redactingSink{LogSink: s.LogSink.WithName(name), r: s.r}
+}
+
+// WithCallDepth keeps the call sites csi-lib-utils reports (file:line).
+func (s redactingSink) WithCallDepth(depth int) logr.LogSink {
+	if d, ok := s.LogSink.(logr.CallDepthLogSink); ok {
+		return redactingSink{LogSink: d.WithCallDepth(depth), r: s.r}
+	}
+	return s
+}
+
+func (s redactingSink) GetCallStackHelper() func() {
+	if h, ok := s.LogSink.(logr.CallStackHelperLogSink); ok {
+		return h.GetCallStackHelper()
+	}
+	return func() {}
+}
