@@ -47,6 +47,18 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	// With leader election every client but the election's own writes only
+	// while this process holds the Lease (see fence).
+	electionCfg := restCfg
+	var leaseFence *fence
+	if cfg.LeaderElection {
+		electionCfg = rest.CopyConfig(restCfg)
+		leaseFence = newFence(cfg.LeaderElectionLeaseDuration, func(reason string) {
+			logger.Error(nil, "Stopped leading", "reason", reason)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		})
+		restCfg.Wrap(leaseFence.wrap)
+	}
 	main, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
@@ -198,9 +210,15 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		lib.Run(ctx) // returns when ctx is done
 	}
 
+	var leClient kubernetes.Interface
+	if cfg.LeaderElection {
+		if leClient, err = kubernetes.NewForConfig(electionCfg); err != nil {
+			return fmt.Errorf("create the leader election client: %w", err)
+		}
+	}
 	logger.Info("Running", "driver", driverName, "binder", cfg.EnableBinder, "leaderElection", cfg.LeaderElection)
 	if cfg.LeaderElection {
-		return runWithLeaderElection(ctx, cfg, restCfg, driverName, srv, run, finish)
+		return runWithLeaderElection(ctx, cfg, electionClient{Interface: leClient, fence: leaseFence}, driverName, srv, run, finish)
 	}
 	run(ctx)
 	logger.Info("Stopped")
@@ -392,18 +410,16 @@ func newRecorder(b record.EventBroadcaster, component string) record.EventRecord
 // after the driver (upstream's name, through csi-lib-utils). The identity is
 // the host name plus a unique suffix, so that two replicas on one host (or
 // a restarted process) never mistake each other's lease for their own.
-// Losing the lease ends the process, as upstream.
+// Losing the lease ends the process, as upstream; leClient's Lease calls
+// also go to the fence of the other clients, which ends it at once when a
+// paused leader resumes after its Lease ran out (see fence).
 //
 // When ctx ends (SIGTERM), the leader stops run's controllers, runs finish
 // (the queued events are written) and only then ends the election, which
 // releases the Lease with ReleaseLeaderElectionOnExit; a process that does
 // not lead ends it at once. csi-lib-utils then exits the process with
 // status 1, as upstream's does: this function returns only on an error.
-func runWithLeaderElection(ctx context.Context, cfg *Config, restCfg *rest.Config, driverName string, srv *httpServer, run func(context.Context), finish func()) error {
-	leClient, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("create the leader election client: %w", err)
-	}
+func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes.Interface, driverName string, srv *httpServer, run func(context.Context), finish func()) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return fmt.Errorf("leader election identity: %w", err)

@@ -46,6 +46,9 @@ type stack struct {
 	sidecar   *e2e.Sidecar
 	dir       string
 	className string
+	// sidecarCfg starts the sidecar; startReplica starts more with it.
+	sidecarBin string
+	sidecarCfg e2e.SidecarConfig
 }
 
 type stackConfig struct {
@@ -119,11 +122,13 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 	if cfg.sidecarEnv != nil {
 		env = cfg.sidecarEnv(s)
 	}
-	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+	s.sidecarBin = bins.Sidecar
+	s.sidecarCfg = e2e.SidecarConfig{
 		Kubeconfig: cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(s.dir, "sidecar.log"),
 		Args: append([]string{"-v=4", "--binder-resync-period=2s", "--retry-interval-max=5s"}, cfg.sidecarArgs...),
 		Env:  env,
-	})
+	}
+	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, s.sidecarCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
