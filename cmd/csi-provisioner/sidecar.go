@@ -437,10 +437,16 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 		}
 	})
 	defer stopWatch()
+	// Until it leads, the process says at level 0 who does.
+	becameLeader := make(chan struct{})
+	go reportStandby(ctx, leClient.CoordinationV1().Leases(leaseNamespace(cfg.LeaderElectionNamespace)),
+		leaseNamespace(cfg.LeaderElectionNamespace), leaseName(driverName), becameLeader,
+		cfg.LeaderElectionLeaseDuration, standbyCheckEvery, standbyLogEvery)
 	lead := func(leaderCtx context.Context) {
 		mu.Lock()
 		leading = true
 		mu.Unlock()
+		close(becameLeader)
 		runCtx, cancel := context.WithCancel(leaderCtx)
 		defer cancel()
 		stopRun := context.AfterFunc(ctx, cancel)

@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -100,4 +104,91 @@ func TestPausedLeaderStopsWriting(t *testing.T) {
 		}
 	}
 	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestStandbyWritesNothing: while another process holds the Lease (here a
+// stale holder that never renews within the test), a replica writes
+// nothing at all (no finalizer, binding, event or CSIStorageCapacity;
+// the claim and the Released volume keep their resource versions), answers
+// /readyz and /healthz/leader-election with 200, and says at level 0 which
+// process holds the Lease: otherwise nothing explains the Pending claim.
+// The Lease is in POD_NAMESPACE, csi-lib-utils' default.
+func TestStandbyWritesNothing(t *testing.T) {
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	var claim *corev1.PersistentVolumeClaim
+	var released *corev1.PersistentVolume
+	s := newStack(t, stackConfig{
+		sidecarArgs: []string{
+			"-v=0", "--leader-election", "--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s",
+			"--enable-capacity", "--capacity-ownerref-level=-1", "--http-endpoint=" + endpoint,
+		},
+		sidecarEnv: func(s *stack) []string { return []string{"POD_NAMESPACE=" + s.ns, "NAMESPACE=" + s.ns} },
+		beforeSidecar: func(s *stack) {
+			holder, duration, now := "stale-holder", int32(3600), metav1.NewMicroTime(time.Now())
+			if _, err := s.c.CoordinationV1().Leases(s.ns).Create(t.Context(), &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: s.leaseName()},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration, AcquireTime: &now, RenewTime: &now},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			sc := s.class("standby", nil)
+			claim = s.claim(testutil.NewPVC(s.ns, "pending").Class(sc.Name))
+			pv := testutil.NewPV("standby-released-"+s.ns, s.driver.Name).Class(sc.Name).ClaimRef(s.ns, "gone", "0000-gone").
+				ReclaimPolicy(corev1.PersistentVolumeReclaimDelete).RV("").Obj()
+			created, err := s.c.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = s.c.CoreV1().PersistentVolumes().Delete(context.WithoutCancel(t.Context()), created.Name, metav1.DeleteOptions{})
+			})
+			released = created
+		},
+		waitLog: `holder="stale-holder"`,
+	})
+	log, err := os.ReadFile(s.sidecar.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"Not leading: another process holds the leader election Lease; this replica provisions nothing until it holds it" lease="` + s.ns + "/" + s.leaseName() + `"`; !strings.Contains(string(log), want) {
+		t.Errorf("the log lacks %s", want)
+	}
+	for _, path := range []string{"/readyz", "/healthz/leader-election"} {
+		testutil.Eventually(t, 0, path+" of the standby not 200", func(ctx context.Context) (bool, error) {
+			code, _, err := httpGet(ctx, endpoint, path)
+			return code == http.StatusOK, err
+		})
+	}
+	ctx := t.Context()
+	got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != claim.ResourceVersion {
+		t.Errorf("the standby changed the claim: finalizers %v, annotations %v", got.Finalizers, got.Annotations)
+	}
+	pv, err := s.c.CoreV1().PersistentVolumes().Get(ctx, released.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.ResourceVersion != released.ResourceVersion {
+		t.Errorf("the standby changed the PV: phase %s, finalizers %v", pv.Status.Phase, pv.Finalizers)
+	}
+	events, err := s.c.CoreV1().Events(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		t.Errorf("the standby posted an event: %s %s %s: %s", e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+	}
+	caps, err := s.c.StorageV1().CSIStorageCapacities(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caps.Items) != 0 {
+		t.Errorf("the standby published %d CSIStorageCapacity objects", len(caps.Items))
+	}
+	if vols, err := s.driver.ListVolumes(ctx); err != nil || len(vols) != 0 {
+		t.Errorf("driver volumes = %v, %v; want none", vols, err)
+	}
 }

@@ -67,6 +67,9 @@ type stackConfig struct {
 	beforeSidecar func(*stack)
 	// controlPlane replaces the shared one.
 	controlPlane *controlplane.ControlPlane
+	// waitLog replaces "Started provisioner controller", the sidecar's log
+	// line newStack waits for.
+	waitLog string
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -133,7 +136,11 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 		t.Fatal(err)
 	}
 	s.sidecar.StopAtCleanup(t, s.driver)
-	if err := s.sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+	waitLog := "Started provisioner controller"
+	if cfg.waitLog != "" {
+		waitLog = cfg.waitLog
+	}
+	if err := s.sidecar.WaitLog(t.Context(), waitLog); err != nil {
 		t.Fatal(err)
 	}
 	return s
