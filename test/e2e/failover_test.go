@@ -192,3 +192,48 @@ func TestStandbyWritesNothing(t *testing.T) {
 		t.Errorf("driver volumes = %v, %v; want none", vols, err)
 	}
 }
+
+// TestFailoverDuringCreateAndDeleteVolume: the leader is SIGKILLed while
+// CreateVolume is in flight, and the new leader while DeleteVolume is; each
+// time the other replica takes over and finishes the work, with one volume
+// created for the claim and none left behind.
+func TestFailoverDuringCreateAndDeleteVolume(t *testing.T) {
+	s := newStack(t, stackConfig{
+		driverArgs:  []string{"--create-latency=4s", "--delete-latency=4s"},
+		sidecarArgs: append([]string{"--timeout=30s"}, leaderElectionArgs("kube-system")...),
+	})
+	b := s.startReplica("b")
+	if err := b.WaitLog(t.Context(), "Attempting to acquire leader lease"); err != nil {
+		t.Fatal(err)
+	}
+	sc := s.class("failover", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "failover").Class(sc.Name))
+	s.waitCreateVolumeStarted(claim)
+	s.kill()
+	if err := b.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+		t.Fatal(err)
+	}
+	_, pv := s.waitBound(claim.Name)
+	if vols, err := s.driver.VolumeIDs(t.Context()); err != nil || len(vols) != 1 || vols[0] != pv.Spec.CSI.VolumeHandle {
+		t.Fatalf("driver volumes = %v, %v; want only %s", vols, err, pv.Spec.CSI.VolumeHandle)
+	}
+	// The first replica comes back as the standby; the new leader is
+	// killed once the driver deleted the volume but before it answered.
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.WaitLog(t.Context(), "Attempting to acquire leader lease"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "DeleteVolume not started", func(ctx context.Context) (bool, error) {
+		vols, err := s.driver.ListVolumes(ctx)
+		return len(vols) == 0, err
+	})
+	if err := b.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(claim.Name, pv.Name)
+}
