@@ -63,6 +63,10 @@ type Binder struct {
 	// through them; see lostVolumes.
 	lost *lostVolumes
 
+	// gone remembers claims not in the cache for the volumes named after
+	// them; see goneClaims.
+	gone *goneClaims
+
 	// unusedTracked is set once a claim with the Unused condition was seen:
 	// the cluster maintains it (see unused.go).
 	unusedTracked atomic.Bool
@@ -96,6 +100,7 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 		claims:  newWriteCache[*corev1.PersistentVolumeClaim](),
 		metrics: newMetrics(),
 		lost:    newLostVolumes(cfg.clock),
+		gone:    newGoneClaims(cfg.clock),
 	}
 
 	switch r := cfg.recorder.(type) {

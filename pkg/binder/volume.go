@@ -106,16 +106,24 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 	// name holds. That is the claimRef's claim, unless the claimRef was
 	// edited or the volume restored under its old name; only then look
 	// for it, through every cached claim.
+	// A claim known to be gone (see goneClaims) spares that walk.
 	uid, named := b.volumes.UIDOf(pv.Name)
-	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) {
+	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) || b.gone.has(uid) {
 		return nil
 	}
+	cached := false
 	for _, obj := range b.pvcInformer.GetIndexer().List() {
 		c, ok := obj.(*corev1.PersistentVolumeClaim)
-		if ok && c.UID == uid && c.Spec.VolumeName == pv.Name &&
-			metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
+		if !ok || c.UID != uid {
+			continue
+		}
+		cached = true
+		if c.Spec.VolumeName == pv.Name && metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
 			return c
 		}
+	}
+	if !cached {
+		b.gone.add(uid)
 	}
 	return nil
 }

@@ -1,0 +1,85 @@
+package binder
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+)
+
+// listCounting counts the walks through every cached claim.
+type listCounting struct {
+	cache.SharedIndexInformer
+	lists *int
+}
+
+func (i listCounting) GetIndexer() cache.Indexer {
+	return listCountingIndexer{Indexer: i.SharedIndexInformer.GetIndexer(), lists: i.lists}
+}
+
+type listCountingIndexer struct {
+	cache.Indexer
+	lists *int
+}
+
+func (x listCountingIndexer) List() []interface{} {
+	*x.lists++
+	return x.Indexer.List()
+}
+
+// TestGoneClaimNoWalk checks that a volume named after a claim that is gone
+// does not make the in-use guard walk through every cached claim at each
+// sync and resync: with policy Delete that was one walk per deleted claim,
+// and with policy Retain one per Released volume every resync period.
+func TestGoneClaimNoWalk(t *testing.T) {
+	c1 := claimB("c1").Class("fast").VolumeName("pvc-uid-c1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	released := volumeB("pvc-uid-c1").Class("fast").Annotation(annProvisionedBy, driver).
+		ReclaimPolicy(corev1.PersistentVolumeReclaimRetain).BoundTo(c1).Phase(corev1.VolumeReleased).Obj()
+	others := objs(classFast(), released)
+	for i := range 20 {
+		others = append(others, claimB(fmt.Sprintf("other-%d", i)).Class("fast").Obj())
+	}
+	renamed := released.DeepCopy()
+	renamed.Spec.ClaimRef.Name = "c1-renamed"
+	renamed.Status.Phase = corev1.VolumeBound
+
+	for _, tc := range []struct {
+		name      string
+		deleted   bool // the binder saw c1's deletion
+		maxWalks  int
+		comesBack runtime.Object // a claim with c1's UID appears afterwards
+	}{
+		{name: "deletion seen", deleted: true, maxWalks: 0},
+		{name: "deleted before a restart: one walk", maxWalks: 1},
+		{name: "a claim of that UID appears late in the cache: found again", deleted: true, maxWalks: 1, comesBack: c1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, others, WithUIDNamedVolumes("pvc"))
+			walks := 0
+			f.binder.pvcInformer = listCounting{SharedIndexInformer: f.binder.pvcInformer, lists: &walks}
+			if tc.deleted {
+				f.binder.onClaimDelete(c1)
+			}
+			for range 5 {
+				if f.binder.volumeNeedsWork(released) {
+					t.Errorf("volumeNeedsWork(Released, Retain, claim gone) = true, want false")
+				}
+				if user := f.binder.otherClaimBoundTo(released, released.Spec.ClaimRef); user != nil {
+					t.Errorf("otherClaimBoundTo = %s, want none", user.Name)
+				}
+			}
+			if tc.comesBack != nil {
+				f.putInInformer(tc.comesBack)
+				f.binder.onClaimAdd(tc.comesBack)
+				if user := f.binder.otherClaimBoundTo(renamed, renamed.Spec.ClaimRef); user == nil || user.Name != "c1" {
+					t.Errorf("otherClaimBoundTo(claimRef renamed) = %v, want c1", user)
+				}
+			}
+			if walks > tc.maxWalks {
+				t.Errorf("walked through every cached claim %d times, want at most %d", walks, tc.maxWalks)
+			}
+		})
+	}
+}
