@@ -273,10 +273,12 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 	case pv.Spec.ClaimRef.UID == claim.UID:
 		// Mostly nothing to do; fills in missing phases (3-5).
 		return b.bind(ctx, pv, claim)
-	case storagehelpers.IsVolumeBoundToClaim(pv, claim):
+	case storagehelpers.IsVolumeBoundToClaim(pv, claim) && b.claimUsing(pv, claim) == nil:
 		// The claimRef names this claim without a UID: someone removed
 		// it by hand. Beyond upstream, which marks the claim Lost
-		// (Misbound) though no other claim has the volume: re-bind.
+		// (Misbound) though no other claim has the volume: re-bind. Not
+		// while another claim is still bound to it (the claimRef was
+		// moved here by name): that is Misbound, as upstream.
 		return b.bind(ctx, pv, claim)
 	default:
 		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimMisbound, msgClaimMisbound)

@@ -209,6 +209,7 @@ func TestSyncBoundClaim(t *testing.T) {
 	// c1's binding after its volume's claimRef UID was removed by hand and
 	// the volume's sync made it Available (upstream's 4-2).
 	pvUIDRemoved := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeAvailable).Obj()
+	otherBound := claimB("other").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
 	pvLabelled := volumeB("pv1").Class("fast").Label("tier", "bronze").Obj()
 	c1Sel := c1.DeepCopy()
 	c1Sel.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
@@ -317,6 +318,16 @@ func TestSyncBoundClaim(t *testing.T) {
 			sync:    "pvc/c1",
 			volumes: []*corev1.PersistentVolume{boundVolume(pvUIDRemoved, c1, true)},
 			actions: []string{"update pv/pv1", "status pv/pv1"},
+		},
+		{
+			// The claimRef was moved by name from other, still bound to the
+			// volume, to c1: re-binding would hand other's data to c1.
+			name:    "3-4-2 bound claim whose volume's claimRef names it without a UID while another claim is bound to it: Misbound",
+			objects: objs(classFast(), c1, otherBound, pvUIDRemoved),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
 		},
 		{
 			name:    "3-5 bound claim with bound volume: phases filled in",

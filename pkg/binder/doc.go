@@ -49,9 +49,10 @@
 //     spec.volumeName naming it), which only a hand edit of spec.claimRef
 //     (renamed, moved to another claim by name, or removed) can cause:
 //     releasing would delete or hand out that claim's data. A Warning
-//     VolumeStillInUse says how to fix it. A bound claim whose volume's claimRef names it
-//     without a UID (removed by hand) binds it again instead of becoming
-//     Lost (ClaimMisbound) as upstream's does.
+//     VolumeStillInUse says how to fix it. A bound claim whose volume's
+//     claimRef names it without a UID (removed by hand) binds it again
+//     instead of becoming Lost (ClaimMisbound) as upstream's does, unless
+//     another claim is still bound to the volume.
 //     The binder never calls the driver and touches no volume finalizer
 //     but kube-controller-manager's in-tree kubernetes.io/pv-controller on
 //     a volume the migrated in-tree plugin provisioned, which it removes
