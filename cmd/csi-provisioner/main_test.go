@@ -16,6 +16,10 @@ import (
 // naming its caller, not as a bare line of its own.
 func TestStandardLogGoesThroughKlog(t *testing.T) {
 	var out bytes.Buffer
+	// An earlier test's logsapi.ResetForTest started klog's flush daemon,
+	// which reads the logger SetLogger writes: stop it first, as main sets
+	// the logger before anything logs.
+	klog.StopFlushDaemon()
 	klog.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&out))))
 	t.Cleanup(func() {
 		klog.ClearLogger()
