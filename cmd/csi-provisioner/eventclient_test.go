@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,11 @@ func TestBroadcasterShutdownDeliversRecordedEvents(t *testing.T) {
 	for try := range 5 {
 		t.Run(fmt.Sprint("try ", try), func(t *testing.T) {
 			main, api := fake.NewClientset(), fake.NewClientset()
-			w := events.NewWriter(api.CoreV1().Events(""), events.WriterOptions{})
+			// What is under test is the hand-over to the writer, not the
+			// writer's drain: the fake clientset writes a few hundred
+			// events a second at best under -race on a busy machine, and
+			// the default drain timeout (2s) dropped the rest.
+			w := events.NewWriter(api.CoreV1().Events(""), events.WriterOptions{DrainTimeout: time.Minute})
 			ctx, stopWriter := context.WithCancel(context.WithoutCancel(t.Context()))
 			writerDone := make(chan struct{})
 			go func() { defer close(writerDone); w.Run(ctx) }()
