@@ -19,14 +19,22 @@ GOLANGCI_LINT = $(shell $(TOOLS) path golangci-lint)/golangci-lint
 # Packages that need the local control plane (or build binaries and run them).
 INTEGRATION_PKGS := ./test/... ./internal/controlplane/...
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/ -e /internal/controlplane)
+# The unit packages under the race detector, but csi-test's sanity suite,
+# which calls the example driver one RPC at a time (the tests of
+# examples/hostpath-driver make concurrent calls) and would add csi-test
+# and ginkgo to the instrumented build.
+RACE_PKGS = $(filter-out %/sanity,$(UNIT_PKGS))
 TEST_TIMEOUT ?= 25m
 # What the tests need: the control plane is required (never skipped), the
 # tools' paths, and the binaries `make build` just built.
-TEST_ENV = CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 KUBE_CACHE_MUTATION_DETECTOR=true HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(BIN)
+TEST_ENV_COMMON = CSI_PROVISIONER_REQUIRE_CONTROLPLANE=1 KUBE_CACHE_MUTATION_DETECTOR=true HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE)
+TEST_ENV = $(TEST_ENV_COMMON) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(BIN)
+# test-race-integration builds the two programs with -race here.
+RACE_BIN := bin-race
 
 .PHONY: help
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the sidecar and the example driver into bin/.
@@ -46,7 +54,7 @@ tools-test: tools-control-plane ## Build (or reuse) what `make test` needs: the 
 	$(TOOLS) helm kustomize external-provisioner
 
 .PHONY: test
-test: tools-test build ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
+test: tools-test build test-race ## Run every test: unit (also under the race detector), sanity, integration, end-to-end, chart, short chaos.
 	hack/no-leftovers.sh snapshot
 	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	hack/no-leftovers.sh check
@@ -54,6 +62,18 @@ test: tools-test build ## Run every test: unit, sanity, integration, end-to-end,
 .PHONY: test-unit
 test-unit: ## Run the unit tests (no control plane needed).
 	$(GO) test -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
+
+.PHONY: test-race
+test-race: ## Run the unit tests under Go's race detector.
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+.PHONY: test-race-integration
+test-race-integration: tools-test ## Run the control-plane tests under the race detector, with the sidecar and driver built with -race too.
+	$(GO) build -race -trimpath -ldflags "$(LDFLAGS)" -o $(RACE_BIN)/csi-provisioner ./cmd/csi-provisioner
+	$(GO) build -race -trimpath -ldflags "$(LDFLAGS)" -o $(RACE_BIN)/hostpath-driver ./examples/hostpath-driver
+	hack/no-leftovers.sh snapshot
+	$(TEST_ENV_COMMON) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(RACE_BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
+	hack/no-leftovers.sh check
 
 .PHONY: test-integration
 test-integration: tools-test build ## Run the tests against the local control plane.
