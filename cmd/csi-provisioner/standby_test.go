@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,15 @@ func TestReportStandby(t *testing.T) {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &h}}
 	}
 	client := fake.NewClientset(holder("stale-holder"))
+	// The fake's reactor chain may not change while reportStandby reads
+	// through it (a data race): the Forbidden answer is switched on here.
+	var forbidden atomic.Bool
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !forbidden.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, name, nil)
+	})
 	var out syncBuffer
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&out)))
 	ctx := klog.NewContext(t.Context(), logger)
@@ -58,9 +68,7 @@ func TestReportStandby(t *testing.T) {
 	if n := strings.Count(out.String(), `holder="stale-holder"`); n != 1 {
 		t.Errorf("the first holder was named %d times within the repeat interval, want 1", n)
 	}
-	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, name, nil)
-	})
+	forbidden.Store(true)
 	waitLog(`"Not leading: cannot read the leader election Lease; this replica provisions nothing until it holds it" err="leases.coordination.k8s.io \"driver\" is forbidden`)
 	close(leading)
 	select {
