@@ -81,6 +81,17 @@ test-integration: tools-test build ## Run the tests against the local control pl
 	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
 	hack/no-leftovers.sh check
 
+# The e2e and integration tests against the older Kubernetes pinned as
+# KUBERNETES_COMPAT_VERSION. Not part of `make test` (CI time budget).
+COMPAT_PKGS := ./test/e2e ./test/integration
+
+.PHONY: test-compat
+test-compat: tools-test build ## Run the e2e and integration tests against the older Kubernetes of versions.env (KUBERNETES_COMPAT_VERSION, ~25 min).
+	$(TOOLS) kubernetes-compat
+	hack/no-leftovers.sh snapshot
+	$(TEST_ENV) CSI_PROVISIONER_KUBERNETES_VERSION=$(KUBERNETES_COMPAT_VERSION) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(COMPAT_PKGS)
+	hack/no-leftovers.sh check
+
 .PHONY: sanity
 sanity: ## Run csi-test's sanity suite against the example driver's backends.
 	$(GO) test -count=1 -v -run Sanity ./examples/hostpath-driver/... 2>&1 | tee /dev/stderr | grep -E '^(Ran [0-9]+ of|SUCCESS!|FAIL!|--- (PASS|FAIL|SKIP))' || true

@@ -8,7 +8,9 @@
 # wrong-version binary is rebuilt. Builds go to a temporary directory and are
 # renamed into place, so an interrupted build never leaves a broken binary.
 #
-#   usage: hack/tools/build.sh [kubernetes|etcd|helm|kustomize|golangci-lint|external-provisioner|all|path TOOL]
+#   usage: hack/tools/build.sh [kubernetes|kubernetes-compat|etcd|helm|kustomize|golangci-lint|external-provisioner|all|path TOOL]
+#   kubernetes-compat is the older Kubernetes `make test-compat` runs against
+#   (KUBERNETES_COMPAT_VERSION); `all` leaves it out.
 #   `path TOOL` prints the directory holding TOOL's binaries and builds nothing.
 set -euo pipefail
 
@@ -22,6 +24,7 @@ log() { printf 'tools: %s\n' "$*" >&2; }
 dir_of() {
 	case $1 in
 	kubernetes) echo "$cache/kubernetes-$KUBERNETES_VERSION" ;;
+	kubernetes-compat) echo "$cache/kubernetes-$KUBERNETES_COMPAT_VERSION" ;;
 	etcd) echo "$cache/etcd-$ETCD_VERSION" ;;
 	helm) echo "$cache/helm-$HELM_VERSION" ;;
 	kustomize) echo "$cache/kustomize-$KUSTOMIZE_VERSION" ;;
@@ -58,19 +61,24 @@ install_into() {
 	rm -rf "$tmp"
 }
 
-build_kubernetes_into() {
-	local out=$1 minor
-	minor=${KUBERNETES_VERSION#v1.}
+# build_k8s_into OUT MODULE_DIR VERSION: builds the wrapper module in
+# hack/tools/MODULE_DIR, whose go.mod pins VERSION (hack/tools/k8s/update.sh).
+build_k8s_into() {
+	local out=$1 mod=$2 version=$3 minor
+	minor=${version#v1.}
 	minor=${minor%%.*}
-	log "building kube-apiserver and kube-controller-manager $KUBERNETES_VERSION (about 13 minutes on 2 cores when nothing is cached)"
-	(cd "$here/k8s" && CGO_ENABLED=0 go build -trimpath -o "$out/" \
+	log "building kube-apiserver and kube-controller-manager $version (about 13 minutes on 2 cores when nothing is cached)"
+	(cd "$here/$mod" && CGO_ENABLED=0 go build -trimpath -o "$out/" \
 		-ldflags "-s -w \
-			-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION \
+			-X k8s.io/component-base/version.gitVersion=$version \
 			-X k8s.io/component-base/version.gitMajor=1 \
 			-X k8s.io/component-base/version.gitMinor=$minor \
 			-X k8s.io/component-base/version.gitTreeState=clean" \
 		./kube-apiserver ./kube-controller-manager)
 }
+
+build_kubernetes_into() { build_k8s_into "$1" k8s "$KUBERNETES_VERSION"; }
+build_kubernetes_compat_into() { build_k8s_into "$1" k8s-compat "$KUBERNETES_COMPAT_VERSION"; }
 
 build_etcd_into() {
 	log "building etcd $ETCD_VERSION (about 2 minutes)"
@@ -117,6 +125,12 @@ ensure() {
 			has_version "$dir/kube-controller-manager" "Kubernetes $KUBERNETES_VERSION" --version; then return; fi
 		install_into "$dir" build_kubernetes_into
 		has_version "$dir/kube-apiserver" "Kubernetes $KUBERNETES_VERSION" --version
+		;;
+	kubernetes-compat)
+		if has_version "$dir/kube-apiserver" "Kubernetes $KUBERNETES_COMPAT_VERSION" --version &&
+			has_version "$dir/kube-controller-manager" "Kubernetes $KUBERNETES_COMPAT_VERSION" --version; then return; fi
+		install_into "$dir" build_kubernetes_compat_into
+		has_version "$dir/kube-apiserver" "Kubernetes $KUBERNETES_COMPAT_VERSION" --version
 		;;
 	etcd)
 		has_version "$dir/etcd" "etcd Version: ${ETCD_VERSION#v}" --version && return

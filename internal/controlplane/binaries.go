@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -14,6 +15,13 @@ import (
 // ErrBinariesMissing is wrapped by [FindBinaries] when a pinned binary is not
 // in the cache or reports another version.
 var ErrBinariesMissing = errors.New("control plane binaries are missing; build them with `make tools`")
+
+// VersionEnv names an environment variable that selects the Kubernetes
+// version of kube-apiserver and kube-controller-manager: empty means
+// KUBERNETES_VERSION of hack/tools/versions.env; otherwise it must be that
+// version or KUBERNETES_COMPAT_VERSION, the older one `make test-compat`
+// runs against (built by `hack/tools/build.sh kubernetes-compat`).
+const VersionEnv = "CSI_PROVISIONER_KUBERNETES_VERSION"
 
 // Binaries are the paths of the pinned control plane programs.
 type Binaries struct {
@@ -50,7 +58,10 @@ func findBinaries() (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
-	kube := versions["KUBERNETES_VERSION"]
+	kube, err := kubernetesVersion(versions, os.Getenv(VersionEnv))
+	if err != nil {
+		return Binaries{}, err
+	}
 	etcd := versions["ETCD_VERSION"]
 	b := Binaries{
 		Etcd:                  filepath.Join(cache, "etcd-"+etcd, "etcd"),
@@ -74,6 +85,34 @@ func findBinaries() (Binaries, error) {
 		}
 	}
 	return b, nil
+}
+
+// kubernetesVersion returns the Kubernetes version to run: the pinned
+// KUBERNETES_VERSION when want is empty, else want if versions.env pins it as
+// KUBERNETES_VERSION or KUBERNETES_COMPAT_VERSION. Any other version is an
+// error (not [ErrBinariesMissing]: no build would provide it).
+func kubernetesVersion(versions map[string]string, want string) (string, error) {
+	if want == "" {
+		return versions["KUBERNETES_VERSION"], nil
+	}
+	for _, k := range []string{"KUBERNETES_VERSION", "KUBERNETES_COMPAT_VERSION"} {
+		if v := versions[k]; v != "" && v == want {
+			return want, nil
+		}
+	}
+	return "", fmt.Errorf("%s=%s: hack/tools/versions.env pins KUBERNETES_VERSION=%s and KUBERNETES_COMPAT_VERSION=%s; use one of those",
+		VersionEnv, want, versions["KUBERNETES_VERSION"], versions["KUBERNETES_COMPAT_VERSION"])
+}
+
+// KubernetesMinor is the minor version of [Binaries.KubernetesVersion]
+// (37 for v1.37.2), for tests whose expectations depend on the server.
+func (b Binaries) KubernetesMinor() int {
+	minor, _, _ := strings.Cut(strings.TrimPrefix(b.KubernetesVersion, "v1."), ".")
+	n, err := strconv.Atoi(minor)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func firstLine(b []byte) string {

@@ -6,7 +6,10 @@
 // The binaries are built from the Go module proxy at the versions pinned in
 // hack/tools/versions.env and cached outside the checkout by
 // hack/tools/build.sh (`make tools`); [FindBinaries] locates them and checks
-// their versions, so a stale binary is never used.
+// their versions, so a stale binary is never used. [VersionEnv] selects the
+// older Kubernetes pinned as KUBERNETES_COMPAT_VERSION instead (`make
+// test-compat`); [Binaries.KubernetesMinor] lets a test expect what that
+// version does.
 //
 // What a started control plane provides:
 //   - TLS on the API server with a generated CA, and an admin client
