@@ -17,12 +17,26 @@ import (
 // has seen one, it writes the condition itself when it binds a claim, so
 // the controller has nothing to write: the next claim's condition is owned
 // by the sidecar in managedFields, and no kube-controller-manager entry
-// exists for the claim's status.
+// exists for the claim's status. Before v1.37 nothing maintains the
+// condition, and the binder must not add one that would go stale.
 func TestUnusedCondition(t *testing.T) {
 	s := newStack(t, stackConfig{memory: true})
 	sc := s.class("fs", nil)
 	first := s.claim(testutil.NewPVC(s.ns, "first").Class(sc.Name).Size("1Gi"))
 	_, firstPV := s.waitBound(first.Name)
+	if minor := s.cp.Binaries.KubernetesMinor(); minor < 37 {
+		second := s.claim(testutil.NewPVC(s.ns, "second").Class(sc.Name).Size("1Gi"))
+		bound, pv := s.waitBound(second.Name)
+		if hasUnused(bound) {
+			t.Errorf("Kubernetes v1.%d maintains no Unused condition, yet the binder added one: %+v", minor, bound.Status.Conditions)
+		}
+		if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), first.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.deleteAndWaitGone(second.Name, pv.Name)
+		s.waitGone(first.Name, firstPV.Name)
+		return
+	}
 	testutil.Eventually(t, 0, "kube-controller-manager gave the first claim no Unused condition", func(ctx context.Context) (bool, error) {
 		c, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, first.Name, metav1.GetOptions{})
 		return err == nil && hasUnused(c), err
