@@ -10,11 +10,15 @@ import (
 // TestVolumeAttributesClassNotServed: on an API server that does not serve
 // storage.k8s.io/v1 VolumeAttributesClasses (as before v1.34), a claim that
 // names one gets a Warning that says so and no volume is created, while a
-// claim without one is provisioned and bound as usual.
+// claim without one is provisioned and bound as usual. Before v1.34 the
+// cluster is the one users run: the beta VolumeAttributesClass gate on, so
+// claims keep the field, and v1beta1 served.
 func TestVolumeAttributesClassNotServed(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Config{
-		ExtraAPIServerArgs: []string{"--runtime-config=storage.k8s.io/v1/volumeattributesclasses=false"},
-	})
+	args := []string{"--runtime-config=storage.k8s.io/v1/volumeattributesclasses=false"}
+	if bins, err := controlplane.FindBinaries(); err == nil && bins.KubernetesMinor() < 34 {
+		args = []string{"--feature-gates=VolumeAttributesClass=true", "--runtime-config=storage.k8s.io/v1beta1/volumeattributesclasses=true"}
+	}
+	cp := controlplane.StartForTest(t, controlplane.Config{ExtraAPIServerArgs: args})
 	s := newStack(t, stackConfig{controlPlane: cp})
 	sc := s.class("plain", nil)
 	withVAC := s.claim(testutil.NewPVC(s.ns, "with-class").Class(sc.Name).VolumeAttributesClass("gold"))
