@@ -43,7 +43,7 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 	secrets := s.c.CoreV1().Secrets(s.ns)
 	_, err := secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
-		StringData: map[string]string{"token": "wrong"},
+		StringData: map[string]string{"token": "xyz789"},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +227,7 @@ func TestDeleteVolumeClassGone(t *testing.T) {
 	// sidecar's cache fails too, instead of deleting the volume early.
 	secret, err := s.c.CoreV1().Secrets(s.ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
-		StringData: map[string]string{"token": "wrong"},
+		StringData: map[string]string{"token": "xyz789"},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
