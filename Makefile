@@ -86,7 +86,7 @@ test-integration: tools-test build ## Run the tests against the local control pl
 COMPAT_PKGS := ./test/e2e ./test/integration
 
 .PHONY: test-compat
-test-compat: tools-test build ## Run the e2e and integration tests against the older Kubernetes of versions.env (KUBERNETES_COMPAT_VERSION, ~25 min).
+test-compat: tools-test build ## Run the e2e and integration tests against the older Kubernetes of versions.env (KUBERNETES_COMPAT_VERSION), about 3 minutes once built.
 	$(TOOLS) kubernetes-compat
 	hack/no-leftovers.sh snapshot
 	$(TEST_ENV) CSI_PROVISIONER_KUBERNETES_VERSION=$(KUBERNETES_COMPAT_VERSION) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(COMPAT_PKGS)
