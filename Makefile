@@ -54,7 +54,7 @@ tools-test: tools-control-plane ## Build (or reuse) what `make test` needs: the 
 	$(TOOLS) helm kustomize external-provisioner
 
 .PHONY: test
-test: tools-test build ## Run every test: unit, sanity, integration, end-to-end, chart, short chaos.
+test: tools-test build test-race ## Run every test: unit (also under the race detector), sanity, integration, end-to-end, chart, short chaos.
 	hack/no-leftovers.sh snapshot
 	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	hack/no-leftovers.sh check
