@@ -83,7 +83,7 @@ test-integration: tools-test build ## Run the tests against the local control pl
 
 # The e2e and integration tests against the older Kubernetes pinned as
 # KUBERNETES_COMPAT_VERSION. Not part of `make test` (CI time budget).
-COMPAT_PKGS := ./test/e2e ./test/integration
+COMPAT_PKGS := ./test/e2e ./test/integration ./test/chart
 
 .PHONY: test-compat
 test-compat: tools-test build ## Run the e2e and integration tests against the older Kubernetes of versions.env (KUBERNETES_COMPAT_VERSION), about 3 minutes once built.
