@@ -81,12 +81,12 @@ test-integration: tools-test build ## Run the tests against the local control pl
 	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
 	hack/no-leftovers.sh check
 
-# The e2e and integration tests against the older Kubernetes pinned as
+# The control-plane tests (but the chaos run) against the older Kubernetes pinned as
 # KUBERNETES_COMPAT_VERSION. Not part of `make test` (CI time budget).
-COMPAT_PKGS := ./test/e2e ./test/integration ./test/chart
+COMPAT_PKGS := ./test/e2e ./test/integration ./test/chart ./test/badinput
 
 .PHONY: test-compat
-test-compat: tools-test build ## Run the e2e and integration tests against the older Kubernetes of versions.env (KUBERNETES_COMPAT_VERSION), about 3 minutes once built.
+test-compat: tools-test build ## Run the e2e, integration, chart and bad-input tests against the older Kubernetes of versions.env (KUBERNETES_COMPAT_VERSION), about 3 minutes once built.
 	$(TOOLS) kubernetes-compat
 	hack/no-leftovers.sh snapshot
 	$(TEST_ENV) CSI_PROVISIONER_KUBERNETES_VERSION=$(KUBERNETES_COMPAT_VERSION) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(COMPAT_PKGS)

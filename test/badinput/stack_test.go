@@ -25,7 +25,22 @@ import (
 var shared *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunMain(m, controlplane.Config{}, &shared))
+	os.Exit(controlplane.RunMain(m, controlplane.Config{ExtraAPIServerArgs: vacArgs()}, &shared))
+}
+
+// vacServedV1 is false on API servers before v1.34, which serve
+// VolumeAttributesClasses as v1beta1 at most (make test-compat).
+var vacServedV1 = true
+
+// vacArgs runs an API server before v1.34 as clusters that use
+// VolumeAttributesClasses run it (gate on, v1beta1 served); without the
+// gate it would drop a claim's class name and the claim would be bound.
+func vacArgs() []string {
+	if bins, err := controlplane.FindBinaries(); err == nil && bins.KubernetesMinor() < 34 {
+		vacServedV1 = false
+		return []string{"--feature-gates=VolumeAttributesClass=true", "--runtime-config=storage.k8s.io/v1beta1/volumeattributesclasses=true"}
+	}
+	return nil
 }
 
 // stack is one driver and one sidecar with a driver name and a namespace
