@@ -14,7 +14,7 @@ import (
 
 // ErrBinariesMissing is wrapped by [FindBinaries] when a pinned binary is not
 // in the cache or reports another version.
-var ErrBinariesMissing = errors.New("control plane binaries are missing; build them with `make tools`")
+var ErrBinariesMissing = errors.New("control plane binaries are missing; build them with `make tools` (the older Kubernetes of `make test-compat` with `hack/tools/build.sh kubernetes-compat`)")
 
 // VersionEnv names an environment variable that selects the Kubernetes
 // version of kube-apiserver and kube-controller-manager: empty means
