@@ -437,10 +437,14 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 		}
 	})
 	defer stopWatch()
+	// The Lease's namespace and name, computed here and handed to
+	// csi-lib-utils (which would compute the same: its sanitizing is
+	// idempotent), so that the Lease reportStandby reads is the one the
+	// election uses.
+	namespace, name := leaseNamespace(cfg.LeaderElectionNamespace), leaseName(driverName)
 	// Until it leads, the process says at level 0 who does.
 	becameLeader := make(chan struct{})
-	go reportStandby(ctx, leClient.CoordinationV1().Leases(leaseNamespace(cfg.LeaderElectionNamespace)),
-		leaseNamespace(cfg.LeaderElectionNamespace), leaseName(driverName), becameLeader,
+	go reportStandby(ctx, leClient.CoordinationV1().Leases(namespace), namespace, name, becameLeader,
 		cfg.LeaderElectionLeaseDuration, standbyCheckEvery, standbyLogEvery)
 	lead := func(leaderCtx context.Context) {
 		mu.Lock()
@@ -458,14 +462,12 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 			endElection()
 		}
 	}
-	le := leaderelection.NewLeaderElection(leClient, driverName, lead)
+	le := leaderelection.NewLeaderElection(leClient, name, lead)
 	le.WithIdentity(host + "_" + string(uuid.NewUUID()))
 	if cfg.HTTPEndpoint != "" {
 		le.PrepareHealthCheck(srv.mux, leaderelection.DefaultHealthCheckTimeout)
 	}
-	if cfg.LeaderElectionNamespace != "" {
-		le.WithNamespace(cfg.LeaderElectionNamespace)
-	}
+	le.WithNamespace(namespace)
 	if len(cfg.LeaderElectionLabels) > 0 {
 		le.WithLabels(cfg.LeaderElectionLabels)
 	}

@@ -71,9 +71,10 @@ func reportStandby(ctx context.Context, leases coordinationv1client.LeaseInterfa
 	}
 }
 
-// leaseNamespace is where csi-lib-utils puts the Lease: the flag, else the
-// pod's namespace (POD_NAMESPACE, else the service account's), else
-// "default".
+// leaseNamespace is the namespace of the Lease, chosen as csi-lib-utils
+// chooses it when given none (its function is not exported): the flag,
+// else the pod's namespace (POD_NAMESPACE, else the service account's),
+// else "default". runWithLeaderElection hands it to csi-lib-utils.
 func leaseNamespace(flag string) string {
 	if flag != "" {
 		return flag
@@ -91,9 +92,10 @@ func leaseNamespace(flag string) string {
 
 var leaseNameInvalid = regexp.MustCompile(`[^a-zA-Z0-9-]`)
 
-// leaseName is the Lease csi-lib-utils elects on for driver, as upstream:
-// every character but letters, digits and '-' becomes '-', and a name that
-// would end with '-' gets an 'X'.
+// leaseName is the name of the Lease for driver, as upstream's (csi-lib-utils
+// sanitizes the lock name so, unexported): every character but letters,
+// digits and '-' becomes '-', and a name that would end with '-' gets an
+// 'X'. The result is unchanged by csi-lib-utils' own sanitizing.
 func leaseName(driver string) string {
 	name := leaseNameInvalid.ReplaceAllString(driver, "-")
 	if strings.HasSuffix(name, "-") {
