@@ -50,13 +50,7 @@ func TestUpstreamFlagDefaults(t *testing.T) {
 			t.Errorf("flag --%s is not accepted", name)
 		}
 	}
-	// Validate applies the logging configuration, which a process may do
-	// only once; reset it so the test can run again (go test -count).
-	t.Cleanup(func() {
-		if err := logsapi.ResetForTest(nil); err != nil {
-			t.Errorf("reset logging: %v", err)
-		}
-	})
+	resetLoggingAtCleanup(t)
 	if err := c.Validate(); err != nil {
 		t.Errorf("defaults do not validate: %v", err)
 	}
@@ -217,11 +211,7 @@ func TestCapacityEnvironment(t *testing.T) {
 			if c.Namespace != tt.env["NAMESPACE"] || c.PodName != tt.env["POD_NAME"] {
 				t.Errorf("Namespace, PodName = %q, %q, want the environment's", c.Namespace, c.PodName)
 			}
-			t.Cleanup(func() {
-				if err := logsapi.ResetForTest(nil); err != nil {
-					t.Errorf("reset logging: %v", err)
-				}
-			})
+			resetLoggingAtCleanup(t)
 			if err := c.Validate(); (err != nil) != tt.wantErr {
 				t.Errorf("Validate() = %v, want error %t", err, tt.wantErr)
 			}
@@ -268,11 +258,7 @@ func TestCSIAddressForms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				if err := logsapi.ResetForTest(nil); err != nil {
-					t.Errorf("reset logging: %v", err)
-				}
-			})
+			resetLoggingAtCleanup(t)
 			if err := c.Validate(); err != nil {
 				t.Errorf("--csi-address=%s: %v", address, err)
 			}
@@ -327,11 +313,7 @@ func TestNegativeQPSTurnsLimiterOff(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				if err := logsapi.ResetForTest(nil); err != nil {
-					t.Errorf("reset logging: %v", err)
-				}
-			})
+			resetLoggingAtCleanup(t)
 			if err := c.Validate(); err != nil {
 				t.Fatalf("%v: %v", args, err)
 			}
@@ -344,4 +326,16 @@ func TestNegativeQPSTurnsLimiterOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resetLoggingAtCleanup undoes, when t ends, the logging configuration
+// that Validate applies (a process may apply it only once), so that the
+// next test, or the same one again (go test -count), can validate.
+func resetLoggingAtCleanup(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := logsapi.ResetForTest(nil); err != nil {
+			t.Errorf("reset logging: %v", err)
+		}
+	})
 }
