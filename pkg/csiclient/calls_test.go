@@ -16,8 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
@@ -411,13 +409,7 @@ func TestSecretsAreNotLogged(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
-			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(5), textlogger.Output(&logs)))
-			ctx := klog.NewContext(t.Context(), logger)
-			d := startDriver(t)
-			d.expectConnect()
-			tc.expect(d)
-			c := d.connect(ctx, t)
+			ctx, c, logs := connectLogged(t, tc.expect)
 
 			if err := tc.call(ctx, c); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)

@@ -14,6 +14,8 @@ import (
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
@@ -210,4 +212,18 @@ func histogramCount(t *testing.T, mm metrics.CSIMetricsManager, name string, lab
 		}
 	}
 	return count
+}
+
+// connectLogged starts a mock driver that answers the connection's calls and
+// those expect sets up, and connects to it with a context whose logger
+// writes at verbosity 5 (csi-lib-utils' call log) to the returned buffer.
+func connectLogged(t *testing.T, expect func(*testDriver)) (context.Context, *csiclient.Client, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(5), textlogger.Output(logs)))
+	ctx := klog.NewContext(t.Context(), logger)
+	d := startDriver(t)
+	d.expectConnect()
+	expect(d)
+	return ctx, d.connect(ctx, t), logs
 }

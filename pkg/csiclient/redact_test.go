@@ -10,8 +10,6 @@ import (
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 )
@@ -60,13 +58,7 @@ func TestDriverErrorEchoingSecrets(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
-			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(5), textlogger.Output(&logs)))
-			ctx := klog.NewContext(t.Context(), logger)
-			d := startDriver(t)
-			d.expectConnect()
-			tc.expect(d)
-			c := d.connect(ctx, t)
+			ctx, c, logs := connectLogged(t, tc.expect)
 
 			err := tc.call(ctx, c)
 			if err == nil {
