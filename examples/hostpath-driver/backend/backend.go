@@ -40,7 +40,9 @@ type Backend interface {
 	Load(ctx context.Context) (*state.State, error)
 
 	// Save makes s durable before it returns. On error the previously
-	// saved state is still the one on disk.
+	// saved state is still the one on disk, except for an error that
+	// wraps state.ErrNotDurable: s is then on disk (a restart loads it)
+	// but a power loss may still bring back the previous state.
 	Save(s *state.State) error
 
 	// CreateVolume allocates storage for v (ID, AccessType and

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"regexp"
 	"slices"
@@ -108,7 +109,9 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		src = nil
 	}
 
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	if v := d.volumesByName[req.GetName()]; v != nil {
 		if err := d.compatible(v, req, accessType, src); err != nil {
@@ -145,9 +148,10 @@ func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, status.Errorf(codes.Internal, "create volume %q: %v", v.Name, err)
 	}
 	d.addVolumeLocked(v)
-	if err := d.saveLocked(); err != nil {
+	if err := d.commitLocked(func() {
 		d.removeVolumeLocked(v)
 		_ = d.backend.DeleteVolume(v)
+	}); err != nil {
 		return nil, err
 	}
 	logger.V(2).Info("Created volume", "name", v.Name, "volumeID", v.ID, "capacityBytes", v.CapacityBytes, "accessType", v.AccessType, "source", v.Source)
@@ -313,12 +317,43 @@ func (d *Driver) newVolumeIDLocked() string {
 	}
 }
 
-// saveLocked persists the state; on error the caller undoes its change.
-func (d *Driver) saveLocked() error {
+// lock takes d.mu for a call that reads or changes the state. When an
+// earlier commitLocked left the state on disk but not durable, it saves
+// the state again first, so that no call answers from a state that a power
+// loss could still undo; if that save fails, lock releases d.mu and
+// returns UNAVAILABLE, which a CO retries.
+func (d *Driver) lock() error {
+	d.mu.Lock()
+	if !d.unsynced {
+		return nil
+	}
 	if err := d.backend.Save(d.st); err != nil {
+		d.mu.Unlock()
+		return status.Errorf(codes.Unavailable, "save the state of an earlier call again: %v", err)
+	}
+	d.unsynced = false
+	return nil
+}
+
+// commitLocked saves the state after a change. When the save fails and the
+// previous state is still on disk, it calls undo and returns INTERNAL:
+// the call did nothing. When the new state is on disk but not known to be
+// durable (state.ErrNotDurable, a failed fsync of its directory), undoing
+// would be wrong, since a restart loads the new state: the change is kept,
+// lock saves again before the next call answers, and the call answers
+// UNAVAILABLE, so that the CO retries it and finds the change done.
+func (d *Driver) commitLocked(undo func()) error {
+	err := d.backend.Save(d.st)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, state.ErrNotDurable):
+		d.unsynced = true
+		return status.Errorf(codes.Unavailable, "save state: %v; the change is kept, retry the call", err)
+	default:
+		undo()
 		return status.Errorf(codes.Internal, "save state: %v", err)
 	}
-	return nil
 }
 
 // DeleteVolume deletes a volume. It is idempotent: an unknown volume ID is
@@ -349,7 +384,9 @@ func (d *Driver) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if req.GetVolumeId() == "" {
 		return status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return err
+	}
 	defer d.mu.Unlock()
 	v := d.st.Volumes[req.GetVolumeId()]
 	if v == nil {
@@ -365,9 +402,9 @@ func (d *Driver) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	// Forget the volume first, then free its data: a crash in between
 	// leaves data that no state refers to, which the dir backend removes
 	// on the next start. The other order could resurrect a deleted volume.
+	// The data stays, too, when the deletion is not durable yet.
 	d.removeVolumeLocked(v)
-	if err := d.saveLocked(); err != nil {
-		d.addVolumeLocked(v)
+	if err := d.commitLocked(func() { d.addVolumeLocked(v) }); err != nil {
 		return err
 	}
 	if err := d.backend.DeleteVolume(v); err != nil {
@@ -398,7 +435,9 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	v := d.st.Volumes[req.GetVolumeId()]
 	if v == nil {
@@ -428,7 +467,9 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 // volume ID is ABORTED. Volumes created or deleted between pages do not
 // make a token invalid: the next page starts after the token's ID.
 func (d *Driver) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	ids, next, err := paginate(slices.Collect(maps.Keys(d.st.Volumes)), req.GetStartingToken(), req.GetMaxEntries(), volumeIDRE)
 	if err != nil {
@@ -505,7 +546,9 @@ func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*c
 			return zero, nil
 		}
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	available := d.availableBytesLocked()
 	d.mu.Unlock()
 	return &csi.GetCapacityResponse{
@@ -533,7 +576,9 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	v := d.st.Volumes[req.GetVolumeId()]
 	if v == nil {
@@ -552,8 +597,7 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 		return &csi.ControllerPublishVolumeResponse{}, nil
 	}
 	v.Attachment = &state.Attachment{NodeID: req.GetNodeId(), ReadOnly: req.GetReadonly()}
-	if err := d.saveLocked(); err != nil {
-		v.Attachment = nil
+	if err := d.commitLocked(func() { v.Attachment = nil }); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Attached volume", "volumeID", v.ID, "node", req.GetNodeId())
@@ -570,7 +614,9 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	v := d.st.Volumes[req.GetVolumeId()]
 	if v == nil || v.Attachment == nil || (req.GetNodeId() != "" && req.GetNodeId() != v.Attachment.NodeID) {
@@ -578,8 +624,7 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	}
 	a := v.Attachment
 	v.Attachment = nil
-	if err := d.saveLocked(); err != nil {
-		v.Attachment = a
+	if err := d.commitLocked(func() { v.Attachment = a }); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Detached volume", "volumeID", v.ID, "node", a.NodeID)

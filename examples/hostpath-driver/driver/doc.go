@@ -37,7 +37,12 @@
 //
 // Every change is saved by the backend before the call answers: with the
 // dir backend, an acknowledged CreateVolume survives SIGKILL and power
-// loss, and an acknowledged DeleteVolume stays deleted.
+// loss, and an acknowledged DeleteVolume stays deleted. A save that fails
+// before the new state is on disk undoes the change (INTERNAL). A save
+// whose new state is on disk but not known to be durable (the fsync of the
+// directory failed) keeps the change and answers UNAVAILABLE; every later
+// call saves again before it answers, so the retry acknowledges the change
+// only once it is durable.
 //
 // # Logging
 //

@@ -52,6 +52,9 @@ type Driver struct {
 	// addVolumeLocked and removeVolumeLocked so that a CreateVolume does
 	// not walk every volume.
 	usedBytes int64
+	// unsynced is set while st is on disk but not known to be durable
+	// (see commitLocked); lock saves it again before any call answers.
+	unsynced bool
 }
 
 var (

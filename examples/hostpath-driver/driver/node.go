@@ -57,7 +57,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	readOnly := req.GetReadonly() || readOnlyMode(mode)
 	target := req.GetTargetPath()
 
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	v := d.st.Volumes[req.GetVolumeId()]
 	if v == nil {
@@ -95,9 +97,10 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		}
 	}
 	d.st.Publications[target] = &state.Publication{TargetPath: target, VolumeID: v.ID, ReadOnly: readOnly, AccessMode: mode.String()}
-	if err := d.saveLocked(); err != nil {
+	if err := d.commitLocked(func() {
 		delete(d.st.Publications, target)
 		_ = d.backend.Unpublish(v, target)
+	}); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Published volume", "volumeID", v.ID, "target", target, "readOnly", readOnly)
@@ -114,7 +117,9 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, status.Error(codes.InvalidArgument, "target_path is required")
 	}
 	target := req.GetTargetPath()
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	p := d.st.Publications[target]
 	if p == nil {
@@ -137,10 +142,11 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, status.Errorf(code, "unpublish volume %s from %s: %v", p.VolumeID, target, err)
 	}
 	delete(d.st.Publications, target)
-	if err := d.saveLocked(); err != nil {
+	if err := d.commitLocked(func() {
 		// The target is unmounted and gone; keeping the record makes a
 		// retry unpublish (idempotently) and save again.
 		d.st.Publications[target] = p
+	}); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Unpublished volume", "volumeID", p.VolumeID, "target", target)

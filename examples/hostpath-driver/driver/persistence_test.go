@@ -51,7 +51,7 @@ func TestDirStateSurvivesRestart(t *testing.T) {
 	// bind mount, so that the test needs no privileges.
 	first.mu.Lock()
 	first.st.Publications[target] = &state.Publication{TargetPath: target, VolumeID: someID, AccessMode: rwo.String()}
-	err = first.saveLocked()
+	err = first.commitLocked(func() {})
 	first.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)

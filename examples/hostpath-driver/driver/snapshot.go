@@ -24,7 +24,9 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	if req.GetSourceVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "source_volume_id is required")
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	if s := d.snapshotsByName[req.GetName()]; s != nil {
 		if s.SourceVolumeID != req.GetSourceVolumeId() {
@@ -50,10 +52,11 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	d.st.Snapshots[s.ID] = s
 	d.snapshotsByName[s.Name] = s
-	if err := d.saveLocked(); err != nil {
+	if err := d.commitLocked(func() {
 		delete(d.st.Snapshots, s.ID)
 		delete(d.snapshotsByName, s.Name)
 		_ = d.backend.DeleteSnapshot(s)
+	}); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Created snapshot", "name", s.Name, "snapshotID", s.ID, "volumeID", v.ID)
@@ -67,7 +70,9 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	if req.GetSnapshotId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
 	}
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	s := d.st.Snapshots[req.GetSnapshotId()]
 	if s == nil {
@@ -75,9 +80,10 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	}
 	delete(d.st.Snapshots, s.ID)
 	delete(d.snapshotsByName, s.Name)
-	if err := d.saveLocked(); err != nil {
+	if err := d.commitLocked(func() {
 		d.st.Snapshots[s.ID] = s
 		d.snapshotsByName[s.Name] = s
+	}); err != nil {
 		return nil, err
 	}
 	if err := d.backend.DeleteSnapshot(s); err != nil {
@@ -90,7 +96,9 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 // ListSnapshots lists snapshots in ID order, filtered by snapshot_id and
 // source_volume_id, with the same pagination as ListVolumes.
 func (d *Driver) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	d.mu.Lock()
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	var ids []string
 	for id, s := range d.st.Snapshots {

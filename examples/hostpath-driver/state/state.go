@@ -17,6 +17,18 @@ import (
 	"time"
 )
 
+// ErrNotDurable is wrapped by the error of Save and WriteFileAtomic when
+// the new file is in place but the fsync of its directory failed. Readers,
+// and the process after a restart, see the new content; a power loss may
+// bring back the old one. The caller must therefore treat the write as
+// done (not undo the change it saved) and must not acknowledge that
+// change until a later write succeeds.
+var ErrNotDurable = errors.New("the new file is in place but not known to be durable")
+
+// fsync flushes f (a file or a directory) to stable storage. Tests
+// replace it to make a flush fail.
+var fsync = (*os.File).Sync
+
 // FormatVersion is the version of the JSON document that Save writes.
 // Load refuses any other version rather than guess.
 const FormatVersion = 1
@@ -140,7 +152,9 @@ func Load(path string) (*State, error) {
 // It writes a temporary file in the same directory, fsyncs it, renames it
 // over path and fsyncs the directory so that the rename itself is on disk.
 // On error the previous file is left in place (a stray temporary file may
-// remain; Load ignores it and CleanTemp removes it).
+// remain; Load ignores it and CleanTemp removes it), except after a failed
+// fsync of the directory: the new file is then in place and the error
+// wraps ErrNotDurable.
 func Save(path string, s *State) error {
 	s.Version = FormatVersion
 	data, err := json.MarshalIndent(s, "", "  ")
@@ -176,7 +190,7 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 	if err = tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
 	}
-	if err = tmp.Sync(); err != nil {
+	if err = fsync(tmp); err != nil {
 		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
 	}
 	if err = tmp.Close(); err != nil {
@@ -185,7 +199,12 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp.Name(), err)
 	}
-	return syncDir(dir)
+	// From here on path holds the new content, whatever fails: the caller
+	// must know that this is what a restart will load.
+	if serr := syncDir(dir); serr != nil {
+		return fmt.Errorf("write %s: %w: %w", path, ErrNotDurable, serr)
+	}
+	return nil
 }
 
 // CleanTemp removes the temporary files that an interrupted
@@ -218,7 +237,7 @@ func syncDir(dir string) error {
 		return fmt.Errorf("open directory %s: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := fsync(d); err != nil {
 		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil

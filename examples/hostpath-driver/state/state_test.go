@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -119,3 +120,53 @@ func TestCleanTemp(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestSaveDirectoryFsyncFails covers a failed fsync of the directory after
+// the rename: the new state is then what a restart loads, so Save must not
+// report it as "previous state kept" (the driver would undo a change that
+// is on disk, e.g. free the data of a volume the state names) but wrap
+// ErrNotDurable.
+func TestSaveDirectoryFsyncFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := Save(path, New()); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("EIO")
+	tests := []struct {
+		name        string
+		failDir     bool // the directory's fsync fails, else the temporary file's
+		wantDurable bool // the error wraps ErrNotDurable
+		wantVolumes int  // what Load then reads
+	}{
+		{name: "file fsync fails: the old state stays", failDir: false, wantVolumes: 0},
+		{name: "directory fsync fails: the new state is in place", failDir: true, wantDurable: true, wantVolumes: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := Save(path, New()); err != nil {
+				t.Fatal(err)
+			}
+			fsync = func(f *os.File) error {
+				if fi, err := f.Stat(); err == nil && fi.IsDir() == tt.failDir {
+					return failed
+				}
+				return f.Sync()
+			}
+			t.Cleanup(func() { fsync = (*os.File).Sync })
+			err := Save(path, sample())
+			if !errors.Is(err, failed) {
+				t.Fatalf("Save: %v, want the fsync error", err)
+			}
+			if got := errors.Is(err, ErrNotDurable); got != tt.wantDurable {
+				t.Errorf("Save: %v; wraps ErrNotDurable = %t, want %t", err, got, tt.wantDurable)
+			}
+			s, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Volumes) != tt.wantVolumes {
+				t.Errorf("Load after the failed Save: %d volumes, want %d", len(s.Volumes), tt.wantVolumes)
+			}
+		})
+	}
+}
