@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -108,7 +109,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 }
 
 // NodeUnpublishVolume undoes NodePublishVolume and removes target_path.
-// It is idempotent: a target this driver did not publish is success.
+// It is idempotent: a target that does not exist is success. A target
+// the state does not record is still unmounted and removed: a driver
+// killed between the mount and saving the publication left it mounted.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
@@ -123,6 +126,15 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	defer d.mu.Unlock()
 	p := d.st.Publications[target]
 	if p == nil {
+		if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+			return &csi.NodeUnpublishVolumeResponse{}, nil
+		}
+		// Not recorded, but NodePublish may have mounted it and then
+		// died before it saved the publication: unmount and remove the
+		// target all the same.
+		if err := d.backend.Unpublish(&state.Volume{ID: req.GetVolumeId()}, target); err != nil {
+			return nil, unpublishError(req.GetVolumeId(), target, err)
+		}
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
 	if p.VolumeID != req.GetVolumeId() {
@@ -135,11 +147,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		v = &state.Volume{ID: p.VolumeID}
 	}
 	if err := d.backend.Unpublish(v, target); err != nil {
-		code := codes.Internal
-		if errors.Is(err, backend.ErrMountNotPermitted) {
-			code = codes.FailedPrecondition
-		}
-		return nil, status.Errorf(code, "unpublish volume %s from %s: %v", p.VolumeID, target, err)
+		return nil, unpublishError(p.VolumeID, target, err)
 	}
 	delete(d.st.Publications, target)
 	if err := d.commitLocked(func() {
@@ -151,4 +159,13 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	klog.FromContext(ctx).V(2).Info("Unpublished volume", "volumeID", p.VolumeID, "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unpublishError converts an error of Backend.Unpublish.
+func unpublishError(volumeID, target string, err error) error {
+	code := codes.Internal
+	if errors.Is(err, backend.ErrMountNotPermitted) {
+		code = codes.FailedPrecondition
+	}
+	return status.Errorf(code, "unpublish volume %s from %s: %v", volumeID, target, err)
 }

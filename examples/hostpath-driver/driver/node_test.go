@@ -97,6 +97,14 @@ func TestNodePublishMemory(t *testing.T) {
 		{name: "unpublish", call: func() error { return unpublish(mountVol, target("a")) }, gonePath: target("a")},
 		{name: "unpublish again", call: func() error { return unpublish(mountVol, target("a")) }, gonePath: target("a")},
 		{name: "unpublish unknown target", call: func() error { return unpublish("vol-ffffffffffffffff", target("never")) }},
+		// What a crash between creating the target and saving the
+		// publication leaves: a target the state does not know.
+		{name: "unpublish unrecorded target", call: func() error {
+			if err := os.Mkdir(target("unrecorded"), 0o750); err != nil {
+				return err
+			}
+			return unpublish(mountVol, target("unrecorded"))
+		}, gonePath: target("unrecorded")},
 		{name: "unpublish block", call: func() error { return unpublish(blockVol, target("blk")) }, gonePath: target("blk")},
 	}
 	for _, s := range steps {
@@ -213,5 +221,39 @@ func TestNodePublishDir(t *testing.T) {
 	}
 	if _, err := d.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: cloneID, TargetPath: cloneTarget}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNodeUnpublishAfterCrash covers a driver killed after NodePublish
+// bind-mounted the volume but before it saved the publication. The
+// restarted driver does not know the target; the CO's NodeUnpublish must
+// still unmount and remove it, or the mount leaks and the CO cannot clean
+// up the target. It needs root or CAP_SYS_ADMIN and skips itself otherwise.
+func TestNodeUnpublishAfterCrash(t *testing.T) {
+	if err := backend.CheckBindMount(t.TempDir()); err != nil {
+		t.Skipf("cannot bind mount here: %v", err)
+	}
+	root := dirBackend(t)
+	first := newTestDriver(t, root)
+	id := mustCreate(t, first, createReq("mount", gi)).GetVolumeId()
+	target := filepath.Join(t.TempDir(), "target")
+	first.mu.Lock()
+	err := first.backend.Publish(first.st.Volumes[id], target, false) // the mount, then the crash
+	first.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(target, 0) }) // only matters if the test fails
+	_ = first.Close()
+
+	second := newTestDriver(t, root)
+	if _, err := second.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatalf("NodeUnpublishVolume: %v", err)
+	}
+	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the target is still there after NodeUnpublishVolume (%v): its mount leaked", err)
+	}
+	if _, err := second.DeleteVolume(t.Context(), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
 	}
 }
