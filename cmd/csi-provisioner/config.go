@@ -243,7 +243,7 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: all settings are flags (see --help)", fs.Arg(0))
+		return nil, unexpectedArgument(fs, args[:len(args)-fs.NArg()], fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
 	c.Namespace, c.PodName, c.NodeName = os.Getenv("NAMESPACE"), os.Getenv("POD_NAME"), os.Getenv("NODE_NAME")
@@ -253,6 +253,23 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 		c.EnableBinder = false
 	}
 	return c, nil
+}
+
+// unexpectedArgument is the error for arg, the first argument that is not a
+// flag, after the flags in before. Upstream's parser (pflag) ignores such
+// words, also a value given after a boolean flag without "=": there
+// "--leader-election false" turns leader election on. Here the word stops
+// the sidecar, and after a boolean flag the error says how to write it.
+func unexpectedArgument(fs *flag.FlagSet, before []string, arg string) error {
+	if n := len(before); n > 0 && before[n-1] != "--" && !strings.Contains(before[n-1], "=") {
+		name := strings.TrimLeft(before[n-1], "-")
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				return fmt.Errorf("unexpected argument %q after --%s: a boolean flag takes its value after = (--%s=%s); upstream ignores the word and turns the flag on", arg, name, name, arg)
+			}
+		}
+	}
+	return fmt.Errorf("unexpected argument %q: all settings are flags (see --help)", arg)
 }
 
 // attachedVerbosity returns args with -v<N> spelled -v=<N>. Upstream parses

@@ -80,7 +80,11 @@ func TestFlagErrors(t *testing.T) {
 		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
 		// Upstream's binary accepts kube-apiserver's gates (README, Flags).
 		{name: "kube-apiserver feature gate", args: []string{"--feature-gates=WatchList=false"}, wantErr: "unrecognized feature gate: WatchList"},
-		{name: "positional argument", args: []string{"extra"}, wantErr: "unexpected argument"},
+		{name: "positional argument", args: []string{"extra"}, wantErr: `unexpected argument "extra": all settings are flags`},
+		// Upstream's pflag ignores the word and turns leader election on.
+		{name: "value after a boolean flag", args: []string{"--leader-election", "false"}, wantErr: `unexpected argument "false" after --leader-election: a boolean flag takes its value after = (--leader-election=false)`},
+		{name: "word after a boolean flag given a value", args: []string{"--leader-election=true", "false"}, wantErr: `unexpected argument "false": all settings are flags`},
+		{name: "word after a flag's value", args: []string{"--timeout", "5s", "true"}, wantErr: `unexpected argument "true": all settings are flags`},
 		{name: "metrics on the readiness path", args: []string{"--http-endpoint=:8080", "--metrics-path=/readyz"}, wantErr: "one of the sidecar's own paths"},
 		{name: "metrics on a pprof path", args: []string{"--http-endpoint=:8080", "--metrics-path=/debug/pprof/heap"}, wantErr: "one of the sidecar's own paths"},
 		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
