@@ -234,6 +234,14 @@ func TestUpstreamFlagParity(t *testing.T) {
 			continue
 		}
 		if !upBool {
+			// Upstream's default, written out, is a value both take.
+			if upDef != "" {
+				env := []string{"KUBECONFIG=/nonexistent/kubeconfig"}
+				arg := "--" + name + "=" + upDef
+				if up, here := runBinary(t, upstream, env, arg), runBinary(t, ours, env, arg); upstreamAccepted(up) && !oursAccepted(here) {
+					t.Errorf("%s (upstream's default) refused here: %s", arg, here.stderr)
+				}
+			}
 			continue
 		}
 		for _, bin := range []string{upstream, ours} {
