@@ -58,6 +58,8 @@ func argRows() []argRow {
 		{args: []string{"--kube-api-qps=1e2", "--kube-api-burst=0x20"}},
 		{args: []string{"--worker-threads=10", "--capacity-threads", "2", "--cloning-protection-threads=4"}},
 		{args: []string{"--volume-name-prefix=vol", "--volume-name-uuid-length=16"}},
+		{args: []string{"--volume-name-uuid-length", "-1", "--capacity-ownerref-level", "-1", "--kube-api-qps", "-1"}},
+		{args: []string{"--volume-name-prefix", "-v5"}},
 		{args: []string{"--default-fstype=ext4", "--extra-create-metadata", "--controller-publish-readonly=true"}},
 		{args: []string{"--strict-topology", "--immediate-topology=false", "--prevent-volume-mode-conversion=false"}},
 		{args: []string{"--snapshot-orphan-sweep-interval=0"}},
