@@ -343,3 +343,25 @@ func resetLoggingAtCleanup(t *testing.T) {
 		}
 	})
 }
+
+// TestKubeconfigFromEnvironment: as upstream, $KUBECONFIG wins over
+// --kubeconfig, and an error names where the file it could not use came
+// from.
+func TestKubeconfigFromEnvironment(t *testing.T) {
+	tests := []struct {
+		name, env, flag, wantErr string
+	}{
+		{name: "flag only", flag: "/nonexistent/flag", wantErr: `(--kubeconfig "/nonexistent/flag", --master ""): stat /nonexistent/flag`},
+		{name: "environment wins", env: "/nonexistent/env", flag: "/nonexistent/flag", wantErr: `($KUBECONFIG "/nonexistent/env", which wins over --kubeconfig "/nonexistent/flag", --master ""): stat /nonexistent/env`},
+		{name: "environment only", env: "/nonexistent/env", wantErr: `($KUBECONFIG "/nonexistent/env", --master ""): stat /nonexistent/env`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("KUBECONFIG", tt.env)
+			_, err := buildRESTConfig(&Config{Kubeconfig: tt.flag, KubeAPIQPS: 1, KubeAPIBurst: 1})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}

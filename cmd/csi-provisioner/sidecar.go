@@ -359,8 +359,13 @@ func hasSynced(b *binder.Binder) func() bool {
 // wins over --kubeconfig; neither and no --master means in-cluster.
 func buildRESTConfig(cfg *Config) (*rest.Config, error) {
 	kubeconfig := cfg.Kubeconfig
+	source := fmt.Sprintf("--kubeconfig %q", kubeconfig) // where kubeconfig came from, for the error
 	if env := os.Getenv("KUBECONFIG"); env != "" {
 		kubeconfig = env
+		source = fmt.Sprintf("$KUBECONFIG %q", env)
+		if cfg.Kubeconfig != "" {
+			source += fmt.Sprintf(", which wins over --kubeconfig %q", cfg.Kubeconfig)
+		}
 	}
 	var restCfg *rest.Config
 	var err error
@@ -370,7 +375,7 @@ func buildRESTConfig(cfg *Config) (*rest.Config, error) {
 		restCfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("build the Kubernetes client configuration (--kubeconfig %q, --master %q): %w", kubeconfig, cfg.Master, err)
+		return nil, fmt.Errorf("build the Kubernetes client configuration (%s, --master %q): %w", source, cfg.Master, err)
 	}
 	restCfg.QPS = float32(cfg.KubeAPIQPS)
 	restCfg.Burst = cfg.KubeAPIBurst

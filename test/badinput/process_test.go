@@ -61,6 +61,12 @@ func processRows() []processRow {
 			code: 1, line: []string{"/nonexistent/kubeconfig"},
 		},
 		{
+			// As upstream, $KUBECONFIG wins over --kubeconfig; the error says so.
+			name: "kubeconfig-from-environment", env: []string{"KUBECONFIG=/nonexistent/env"},
+			args: []string{"--kubeconfig=/nonexistent/flag", "--csi-address=/nonexistent/csi.sock"},
+			code: 1, line: []string{`$KUBECONFIG "/nonexistent/env", which wins over --kubeconfig "/nonexistent/flag"`, "stat /nonexistent/env"},
+		},
+		{
 			name: "socket-missing", kubeconfig: true,
 			args: []string{"--csi-address=/nonexistent/csi.sock", "--csi-connect-timeout=2s"},
 			code: 1, line: []string{"/nonexistent/csi.sock", "the socket does not exist"},
