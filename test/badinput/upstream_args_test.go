@@ -70,6 +70,18 @@ func argRows() []argRow {
 		{args: []string{"--node-deployment"}}, // refused by both: no NODE_NAME
 		{args: []string{"--kubeconfig=/nonexistent/kubeconfig"}},
 		{args: []string{"--kubeconfig", "/nonexistent/flag"}, env: []string{"KUBECONFIG=/nonexistent/env"}},
+		// The command lines of upstream's deploy/kubernetes and of drivers
+		// that ship upstream v6.3.0 (csi-driver-host-path, its distributed
+		// deployment, csi-driver-nfs), $(ADDRESS) as the kubelet expands it.
+		{args: []string{"--csi-address=/var/lib/csi/sockets/pluginproxy/mock.socket", "--leader-election", "--http-endpoint=:8080"}},
+		{args: []string{"--csi-address=/var/lib/csi/sockets/pluginproxy/mock.socket", "--leader-election", "--enable-capacity", "--capacity-ownerref-level=2"},
+			env: []string{"NAMESPACE=default", "POD_NAME=csi-provisioner-5c7f9d8b6-abcde"}},
+		{args: []string{"-v=5", "--csi-address=/csi/csi.sock", "--feature-gates=Topology=true"}},
+		{args: []string{"-v=5", "--csi-address=/csi/csi.sock", "--feature-gates=Topology=true", "--enable-capacity", "--capacity-ownerref-level=0",
+			"--node-deployment=true", "--strict-topology=true", "--immediate-topology=false", "--worker-threads=5"},
+			env: []string{"NODE_NAME=worker-1", "NAMESPACE=default", "POD_NAME=csi-hostpathplugin-x7k2p"}},
+		{args: []string{"-v=2", "--csi-address=/csi/csi.sock", "--leader-election", "--leader-election-namespace=kube-system", "--extra-create-metadata=true",
+			"--feature-gates=VolumeAttributesClass=false", "--timeout=1200s", "--retry-interval-max=30m"}},
 		{args: []string{"--version"}},
 		{args: []string{"--help"}},
 		{args: []string{"-h"}},
