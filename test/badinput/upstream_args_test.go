@@ -110,8 +110,9 @@ func argRows() []argRow {
 		{args: []string{"--http-endpoint=:0", "--metrics-path=/readyz"}, refusedHere: "a `--metrics-path` that does not start with `/` or is one of the sidecar's own paths"},
 		{args: []string{"--leader-election", "--leader-election-lease-duration=5s"}, refusedHere: "leader election timings client-go refuses"},
 		{args: []string{"--leader-election-labels=a:b c"}, refusedHere: "`--leader-election-labels` items that are not a valid label key and value"},
-		{args: []string{"--csi-address="}, refusedHere: "a `--csi-address` that is empty or not a unix socket"},
-		{args: []string{"--csi-address=tcp://127.0.0.1:10000"}, refusedHere: "a `--csi-address` that is empty or not a unix socket"},
+		{args: []string{"--csi-address="}, refusedHere: "a `--csi-address` that is empty, a relative path or not a unix socket"},
+		{args: []string{"--csi-address=csi.sock"}, refusedHere: "a `--csi-address` that is empty, a relative path or not a unix socket"},
+		{args: []string{"--csi-address=tcp://127.0.0.1:10000"}, refusedHere: "a `--csi-address` that is empty, a relative path or not a unix socket"},
 		{args: []string{"--node-deployment", "--leader-election"}, env: []string{"NODE_NAME=worker-1"}, refusedHere: "`--node-deployment` with `--leader-election` or `--enable-binder=true`"},
 	}
 }
