@@ -44,7 +44,14 @@ import (
 //   - An error of DeleteVolume is returned as is; the library emits
 //     VolumeFailedDelete and retries. Deleting a volume that no longer
 //     exists succeeds (CSI), so Delete is idempotent.
+//   - An error that comes after ctx ended (the sidecar stops) is an
+//     *controller.IgnoredError, on which the library posts no event (see
+//     [stopped]).
 func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	return stopped(ctx, "deleting", p.delete(ctx, pv))
+}
+
+func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	source, err := p.csiVolume(klog.FromContext(ctx), pv)
 	if err != nil {
 		return err

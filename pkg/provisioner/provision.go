@@ -49,7 +49,32 @@ const cleanupAttempts = 5
 // persisted on it (see the package documentation); no CreateVolume is sent
 // without it, and none for a claim being deleted that lacks it. For a claim
 // being deleted, a final answer removes the finalizer.
+//
+// An error that comes after ctx ended (the sidecar stops, and the call in
+// flight was cut short) is an *controller.IgnoredError: see [stopped].
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	pv, state, err := p.provision(ctx, opts)
+	return pv, state, stopped(ctx, "provisioning", err)
+}
+
+// stopped turns err into an *controller.IgnoredError when ctx has ended:
+// the library's context ends only when the sidecar stops (SIGTERM, a
+// rolling update), and then cuts the CreateVolume or DeleteVolume in flight
+// short with Canceled, or an API write with "context canceled". That is no
+// failure of the claim or the volume, and the library would post it as a
+// Warning ProvisioningFailed or VolumeFailedDelete that outlives the stop
+// by an hour. On an IgnoredError it posts nothing. Nothing is lost: the
+// claim keeps its in-flight finalizer and the volume its PV, and the next
+// process repeats the call.
+func stopped(ctx context.Context, operation string, err error) error {
+	if err == nil || ctx.Err() == nil || isIgnoredError(err) {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Stopped while "+operation+"; the next process repeats it", "err", err)
+	return &controller.IgnoredError{Reason: fmt.Sprintf("stopped while %s: %v", operation, err)}
+}
+
+func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	claim, class := opts.PVC, opts.StorageClass
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)

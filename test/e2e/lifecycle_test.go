@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// stopBound bounds how long the sidecar may take from SIGTERM to its exit
+// with nothing to wait for but the calls it cuts short and the events it
+// still writes (up to 2 s): far below a pod's default grace period (30 s).
+const stopBound = 10 * time.Second
+
+// sigterm stops the sidecar as a rolling update does and checks that it
+// exits with status 0 within stopBound.
+func (s *stack) sigterm() {
+	s.t.Helper()
+	start := time.Now()
+	if err := s.sidecar.Signal(syscall.SIGTERM); err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(s.t.Context(), time.Minute)
+	defer cancel()
+	if err := s.sidecar.WaitExit(ctx); err != nil {
+		s.t.Fatalf("the sidecar did not exit with status 0 after SIGTERM: %v", err)
+	}
+	if took := time.Since(start); took > stopBound {
+		s.t.Errorf("the sidecar took %s to stop after SIGTERM, want at most %s", took, stopBound)
+	}
+}
+
+// TestStopDuringCreateAndDeleteVolume: the sidecar is stopped (SIGTERM, a
+// rolling update) while CreateVolume is in flight, and again while
+// DeleteVolume is. Each time it exits at once with status 0 and posts no
+// Warning: the call cut short by the stop is no failure of the claim or
+// the volume (upstream, which dies of the signal, posts none either). The
+// restarted sidecar finishes the work: the claim is Bound, then its volume
+// is deleted, and nothing leaks.
+func TestStopDuringCreateAndDeleteVolume(t *testing.T) {
+	s := newStack(t, stackConfig{driverArgs: []string{"--create-latency=4s", "--delete-latency=4s"}, sidecarArgs: []string{"--timeout=30s"}})
+	sc := s.class("stop", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "stop").Class(sc.Name))
+	s.waitCreateVolumeStarted(claim)
+	s.sigterm()
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	_, pv := s.waitBound(claim.Name)
+
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The driver removes the volume, then answers 4 s later.
+	testutil.Eventually(t, 0, "DeleteVolume not started", func(ctx context.Context) (bool, error) {
+		vols, err := s.driver.ListVolumes(ctx)
+		return len(vols) == 0, err
+	})
+	s.sigterm()
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(claim.Name, pv.Name)
+
+	// Every event was written before its process exited.
+	for _, e := range append(s.events(s.ns, string(claim.UID)), s.events(metav1.NamespaceDefault, string(pv.UID))...) {
+		if strings.HasPrefix(e, "Warning ") {
+			t.Errorf("a stop posted %q", e)
+		}
+	}
+}
