@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,4 +75,36 @@ func TestStopDuringCreateAndDeleteVolume(t *testing.T) {
 			t.Errorf("a stop posted %q", e)
 		}
 	}
+}
+
+// TestDriverRestart: the driver container restarts (a crash, or an upgrade
+// that may change its name or capabilities). As upstream, the sidecar
+// exits with status 1 at its next call, saying "Lost connection to CSI
+// driver, exiting", instead of serving the new driver with the
+// capabilities it read from the old one; restarted (as the kubelet
+// restarts the container), it reads them again and provisions.
+func TestDriverRestart(t *testing.T) {
+	s := newStack(t, stackConfig{})
+	sc := s.class("restart", nil)
+	if err := s.driver.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.driver.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	claim := s.claim(testutil.NewPVC(s.ns, "after").Class(sc.Name))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var exit *exec.ExitError
+	if err := s.sidecar.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("the sidecar did not exit with status 1 after the driver restarted: %v", err)
+	}
+	if err := s.sidecar.WaitLog(ctx, "Lost connection to CSI driver, exiting"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	_, pv := s.waitBound(claim.Name)
+	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
