@@ -108,3 +108,40 @@ func TestDriverRestart(t *testing.T) {
 	_, pv := s.waitBound(claim.Name)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
+
+// TestStopReleasesLease: with the ReleaseLeaderElectionOnExit gate (the
+// chart sets it), a leader stopped by SIGTERM releases its Lease on the
+// way out, so the standby replica leads within its retry period instead
+// of waiting for the Lease (30 s here) to run out, and provisions. The
+// leader exits with status 1, as csi-lib-utils makes upstream's do.
+func TestStopReleasesLease(t *testing.T) {
+	const leaseDuration = 30 * time.Second
+	s := newStack(t, stackConfig{sidecarArgs: []string{
+		"--leader-election", "--leader-election-namespace=kube-system", "--feature-gates=ReleaseLeaderElectionOnExit=true",
+		"--leader-election-lease-duration=" + leaseDuration.String(), "--leader-election-renew-deadline=20s", "--leader-election-retry-period=1s",
+	}})
+	b := s.startReplica("b")
+	if err := b.WaitLog(t.Context(), "Attempting to acquire leader lease"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.sidecar.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var exit *exec.ExitError
+	if err := s.sidecar.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("the leader did not exit with status 1 after SIGTERM: %v", err)
+	}
+	if err := b.WaitLog(ctx, "Started provisioner controller"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > leaseDuration/2 {
+		t.Errorf("the standby led %s after the leader's SIGTERM: the Lease was not released", took)
+	}
+	sc := s.class("released", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "released").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
