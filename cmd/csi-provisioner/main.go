@@ -32,7 +32,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run returns the process exit code: 0 on a clean stop, 1 when the sidecar
+// run returns the process exit code: 0 on a clean stop (SIGTERM or SIGINT,
+// also one that comes while the sidecar still starts), 1 when the sidecar
 // fails at run time, 2 for bad flags. With --leader-election, csi-lib-utils
 // ends the process itself, with status 1, once the election ends (also
 // after a clean stop), as upstream's.
@@ -68,6 +69,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	logger.Info("Starting csi-provisioner", "version", version)
 
 	err = runSidecar(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		// Stopped while starting (waiting for the driver's socket or
+		// Probe, or for the API server): the stop cut that short, and it
+		// is no failure to report with status 1.
+		logger.Info("Stopped while starting", "err", err)
+		err = nil
+	}
 	klog.Flush()
 	if err != nil {
 		fmt.Fprintf(stderr, "csi-provisioner: %v\n", err)

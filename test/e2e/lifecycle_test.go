@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -144,4 +147,37 @@ func TestStopReleasesLease(t *testing.T) {
 	claim := s.claim(testutil.NewPVC(s.ns, "released").Class(sc.Name))
 	_, pv := s.waitBound(claim.Name)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestStopWhileWaitingForDriver: a sidecar stopped (SIGTERM: the pod is
+// deleted or rolled) while it still waits for the driver's socket stops
+// cleanly, with status 0, as after any other stop; it is no failure to
+// connect (which, after --csi-connect-timeout, exits with status 1).
+func TestStopWhileWaitingForDriver(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	bins, err := e2e.Build(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: cp.KubeconfigPath, Socket: filepath.Join(dir, "absent.sock"), LogPath: filepath.Join(dir, "sidecar.log"),
+		Args: []string{"-v=5", "--csi-connect-timeout=5m"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sidecar.Stop(10 * time.Second) })
+	// csi-lib-utils logs this at level 5 as it starts to dial.
+	if err := sidecar.WaitLog(t.Context(), `"Connecting" csiAddress=`); err != nil {
+		t.Fatal(err)
+	}
+	if err := sidecar.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), stopBound)
+	defer cancel()
+	if err := sidecar.WaitExit(ctx); err != nil {
+		t.Errorf("the sidecar did not exit with status 0 after SIGTERM while waiting for the driver: %v; log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 10))
+	}
 }
