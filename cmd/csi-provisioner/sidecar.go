@@ -207,7 +207,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		if !awaitCaches(ctx, health, synced, prov.HasSynced, sources.hasSynced) {
 			return
 		}
-		lib.Run(ctx) // returns when ctx is done
+		runLibrary(ctx, lib, &wg)
 	}
 
 	var leClient kubernetes.Interface
@@ -302,6 +302,18 @@ func newProvisionController(ctx context.Context, cfg *Config, client kubernetes.
 		opts = append(opts, controller.AdditionalProvisionerNames([]string{inTree}))
 	}
 	return controller.NewProvisionController(ctx, prov.LibraryClient(client), driverName, prov, opts...)
+}
+
+// runLibrary runs the provisioning library's controller until ctx is done.
+// Its workers are added to wg (as upstream does with the
+// ReleaseLeaderElectionOnExit gate): lib.Run returns when ctx is done, its
+// workers when the item each one is on is finished, and wg.Wait waits for
+// them, so that no worker still records events or writes after the stop
+// has written the queued events and, with leader election, let the Lease
+// go.
+func runLibrary(ctx context.Context, lib *controller.ProvisionController, wg *sync.WaitGroup) {
+	lib.ControllerWaitGroup(wg)
+	lib.Run(ctx)
 }
 
 // connectDriver connects to the driver, checks that it provisions volumes,
