@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
@@ -179,5 +181,44 @@ func TestStopWhileWaitingForDriver(t *testing.T) {
 	defer cancel()
 	if err := sidecar.WaitExit(ctx); err != nil {
 		t.Errorf("the sidecar did not exit with status 0 after SIGTERM while waiting for the driver: %v; log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 10))
+	}
+}
+
+// TestRestartWithBacklog: while the sidecar is down (a rolling update
+// between SIGTERM and the new pod), claims are created and a bound claim
+// is deleted. The restarted sidecar provisions and binds every new claim
+// and releases and deletes the volume of the deleted one.
+func TestRestartWithBacklog(t *testing.T) {
+	s := newStack(t, stackConfig{})
+	sc := s.class("backlog", nil)
+	old := s.claim(testutil.NewPVC(s.ns, "old").Class(sc.Name))
+	_, oldPV := s.waitBound(old.Name)
+	s.sigterm()
+
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitClaimGone(old.Name, "claim "+old.Name+" not deleted while the sidecar was down")
+	const n = 5
+	claims := make([]string, n)
+	for i := range claims {
+		claims[i] = s.claim(testutil.NewPVC(s.ns, fmt.Sprint("new-", i)).Class(sc.Name)).Name
+	}
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range claims {
+		s.waitBound(name)
+	}
+	testutil.Eventually(t, 0, "PV "+oldPV.Name+" of the claim deleted while the sidecar was down not deleted", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, oldPV.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	vols, err := s.driver.VolumeIDs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != n {
+		t.Errorf("the driver has %d volumes, want %d (one per new claim)", len(vols), n)
 	}
 }
