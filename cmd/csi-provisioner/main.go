@@ -62,10 +62,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// CPU (README, Performance). GOGC in the environment wins.
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	logger := klog.Background()
-	ctx = klog.NewContext(ctx, logger)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	ctx := stopOnSignal(klog.NewContext(context.Background(), logger), signals, func() {
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	})
 	logger.Info("Starting csi-provisioner", "version", version)
 
 	err = runSidecar(ctx, cfg)
@@ -82,6 +85,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stopOnSignal returns a context that ends at the first signal on
+// signals (SIGTERM or SIGINT): the sidecar then stops, which takes up to
+// the event drain (2 s) and, for a leader with ReleaseLeaderElectionOnExit,
+// the release of its Lease (up to --leader-election-renew-deadline while
+// the API server does not answer). A second signal calls exit at once, as
+// upstream's signal handler does, so that an operator's second Ctrl-C or
+// kill does not wait for that.
+func stopOnSignal(parent context.Context, signals <-chan os.Signal, exit func()) context.Context {
+	ctx, stop := context.WithCancel(parent)
+	logger := klog.FromContext(parent)
+	go func() {
+		sig := <-signals
+		logger.Info("Stopping; a second signal stops at once", "signal", sig.String())
+		stop()
+		sig = <-signals
+		logger.Info("Second signal: exiting without finishing the stop", "signal", sig.String())
+		exit()
+	}()
+	return ctx
 }
 
 // routeStandardLog sends what libraries write with the standard log package

@@ -5,7 +5,9 @@ import (
 	"log"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -39,5 +41,30 @@ func TestStandardLogGoesThroughKlog(t *testing.T) {
 		if !strings.HasPrefix(lines[i], "I") || !strings.Contains(lines[i], "main_test.go:") || !strings.Contains(lines[i], want) {
 			t.Errorf("line %q: want a klog info line from main_test.go with %q", lines[i], want)
 		}
+	}
+}
+
+// TestStopOnSignal: the first signal ends the context, and only the second
+// one calls exit.
+func TestStopOnSignal(t *testing.T) {
+	signals := make(chan os.Signal)
+	exited := make(chan struct{})
+	ctx := stopOnSignal(t.Context(), signals, func() { close(exited) })
+	signals <- syscall.SIGTERM
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the first signal did not end the context")
+	}
+	select {
+	case <-exited:
+		t.Fatal("the first signal exited")
+	default:
+	}
+	signals <- syscall.SIGINT // taken only once the first is handled
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the second signal did not exit")
 	}
 }

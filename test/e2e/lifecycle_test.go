@@ -222,3 +222,35 @@ func TestRestartWithBacklog(t *testing.T) {
 		t.Errorf("the driver has %d volumes, want %d (one per new claim)", len(vols), n)
 	}
 }
+
+// TestSecondSignalExitsAtOnce: a leader with ReleaseLeaderElectionOnExit
+// stopped while kube-apiserver does not answer waits, after its
+// controllers stopped, up to --leader-election-renew-deadline (30 s here)
+// to release its Lease. A second SIGTERM (or an operator's second Ctrl-C)
+// ends it at once, with status 1, as upstream's signal handler does.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	s := newStack(t, stackConfig{controlPlane: cp, memory: true, sidecarArgs: []string{
+		"--leader-election", "--leader-election-namespace=kube-system", "--feature-gates=ReleaseLeaderElectionOnExit=true",
+		"--leader-election-lease-duration=40s", "--leader-election-renew-deadline=30s", "--leader-election-retry-period=1s",
+	}})
+	if err := cp.PauseAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.ResumeAPIServer() })
+	if err := s.sidecar.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.WaitLog(t.Context(), `"Stopped"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), stopBound)
+	defer cancel()
+	var exit *exec.ExitError
+	if err := s.sidecar.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("after a second SIGTERM the sidecar did not exit with status 1 within %s: %v", stopBound, err)
+	}
+}
