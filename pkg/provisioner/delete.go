@@ -117,7 +117,13 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 // In node deployment a volume that is not this node's is not handed to
 // Delete either (checkVolumeNode): every node's library would count the
 // ignored deletion as a deletion in its metrics.
+//
+// Once ctx has ended (the sidecar stops) no volume is handed to Delete:
+// the library's workers go on taking what is left in their queue.
 func (p *Provisioner) ShouldDelete(ctx context.Context, pv *corev1.PersistentVolume) bool {
+	if ctx.Err() != nil {
+		return false
+	}
 	if p.finished.lagsBehind(pv) {
 		klog.FromContext(ctx).V(4).Info("Volume already deleted; the library's copy lags behind", "pv", klog.KObj(pv))
 		return false

@@ -250,9 +250,13 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // are reported here, each once, as a Warning ProvisioningFailed event: the
 // claim's class does not exist (true is still returned, so the library keeps
 // retrying until it appears), or it names another provisioner.
+//
+// Once ctx has ended (the sidecar stops) it returns false: the library's
+// workers go on taking the claims left in their queue, and would post a
+// Normal Provisioning event for each before Provision fails.
 func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
 	logger := klog.FromContext(ctx)
-	if !p.annotatedForUs(claim) || claim.Spec.VolumeName != "" {
+	if ctx.Err() != nil || !p.annotatedForUs(claim) || claim.Spec.VolumeName != "" {
 		return false
 	}
 	if claim.DeletionTimestamp != nil && !inflight.Has(claim) {

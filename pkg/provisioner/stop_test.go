@@ -7,6 +7,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
@@ -58,6 +59,33 @@ func TestStoppedDuringCall(t *testing.T) {
 			}
 			if len(h.driver.deleteCalls()) != 1 {
 				t.Errorf("DeleteVolume calls = %d, want 1", len(h.driver.deleteCalls()))
+			}
+		})
+	}
+}
+
+// TestNothingStartsAfterStop: after the stop the library's workers go on
+// taking what is left in their queues (client-go's queues hand out their
+// items after ShutDown). The library posts a Normal Provisioning event for
+// each claim it starts, before Provision fails: with a backlog a stop
+// posted one for every queued claim. ShouldProvision and ShouldDelete turn
+// everything down once ctx has ended.
+func TestNothingStartsAfterStop(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		t.Run("stopped="+strconv.FormatBool(stop), func(t *testing.T) {
+			claim, class := newClaim("c").Obj(), newClass().Obj()
+			pv := provisionedPV("", "").Phase(corev1.VolumeReleased).Obj()
+			h := newHarness(t, baseCaps(), objs(claim, class, pv))
+			ctx, cancel := context.WithCancel(h.ctx)
+			defer cancel()
+			if stop {
+				cancel()
+			}
+			if got := h.p.ShouldProvision(ctx, claim); got == stop {
+				t.Errorf("ShouldProvision = %v, want %v", got, !stop)
+			}
+			if got := h.p.ShouldDelete(ctx, pv); got == stop {
+				t.Errorf("ShouldDelete = %v, want %v", got, !stop)
 			}
 		})
 	}

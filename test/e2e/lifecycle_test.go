@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -252,5 +253,46 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	var exit *exec.ExitError
 	if err := s.sidecar.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Errorf("after a second SIGTERM the sidecar did not exit with status 1 within %s: %v", stopBound, err)
+	}
+}
+
+// TestStopWithQueuedClaims: claims still queued for the provisioning
+// library when the sidecar stops are not started on the way out. Its
+// workers go on taking what is left in the queue after the stop, and the
+// library posts a Normal Provisioning event for each claim it starts
+// (logged as "Started"), before the provisioning fails for the stop. With
+// one worker busy in a slow CreateVolume, the other claims wait in the
+// queue; after SIGTERM none of them may be started. The restarted sidecar
+// provisions them all.
+func TestStopWithQueuedClaims(t *testing.T) {
+	s := newStack(t, stackConfig{driverArgs: []string{"--create-latency=4s"}, sidecarArgs: []string{"--timeout=30s", "--worker-threads=1"}})
+	sc := s.class("queued", nil)
+	first := s.claim(testutil.NewPVC(s.ns, "first").Class(sc.Name))
+	s.waitCreateVolumeStarted(first)
+	names := []string{first.Name}
+	for i := range 5 {
+		c := s.claim(testutil.NewPVC(s.ns, fmt.Sprint("queued-", i)).Class(sc.Name))
+		names = append(names, c.Name)
+		// The binder hands the claim to the provisioner; the library
+		// queues it.
+		if err := s.sidecar.WaitLog(t.Context(), `"Updated claim" logger="binder" pvc="`+s.ns+"/"+c.Name+`"`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.sigterm()
+	log, err := os.ReadFile(s.sidecar.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names[1:] {
+		if strings.Contains(string(log), `"Started" PVC="`+s.ns+"/"+name+`"`) {
+			t.Errorf("claim %s, queued when the sidecar stopped, was started on the way out", name)
+		}
+	}
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		s.waitBound(name)
 	}
 }
