@@ -55,7 +55,8 @@ func (b *Binder) resync(ctx context.Context) {
 //     the volume's access modes and no in-flight finalizer;
 //   - a Lost claim whose volume is gone or claimed by another claim (a Lost
 //     claim whose volume reappears unclaimed is bound again, as upstream
-//     does, and so is one whose volume's claimRef names it without a UID);
+//     does, and so is one whose volume's claimRef names it without a UID,
+//     unless another claim is still bound to that volume);
 //   - a claim out of scope that nothing in scope refers to: spec.volumeName
 //     names a volume out of scope, or its class exists with another
 //     provisioner, no volume in scope is pre-bound to it, and it has no
@@ -95,7 +96,10 @@ func (b *Binder) claimNeedsWork(claim *corev1.PersistentVolumeClaim) bool {
 		return true // re-bind, even a Lost claim
 	}
 	if storagehelpers.IsVolumeBoundToClaim(pv, claim) && ref.UID != claim.UID {
-		return true // claimRef by name only: re-bind, even a Lost claim
+		// claimRef by name only: re-bind, even a Lost claim, unless
+		// another claim is still bound to the volume (the claimRef was
+		// edited to this claim by name): that claim stays Misbound.
+		return !lost || b.claimUsing(pv, claim) == nil
 	}
 	if ref.UID != claim.UID {
 		return !lost // misbound

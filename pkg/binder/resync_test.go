@@ -209,6 +209,17 @@ func TestNeedsWorkIsComplete(t *testing.T) {
 			var acted, idle, skipped int
 			for i := range states {
 				state, desc := genState(r)
+				if !named && r.IntN(4) == 0 {
+					// Another claim bound to pv1, so that claimRefs
+					// edited away from it (or to it) are covered. Not
+					// with UID-named volumes: a claim bound to a volume
+					// named after another claim's UID is outside what
+					// WithUIDNamedVolumes assumes.
+					other := claimB("other").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").
+						Phase(corev1.PersistentVolumeClaimPhase([]string{"Bound", "Lost"}[r.IntN(2)])).Obj()
+					state = append(state, other)
+					desc += " other=" + describeClaim(other)
+				}
 				var opts []Option
 				pvNames := map[string]string{"pv1": "pv1", "pv2": "pv2"}
 				if named {
@@ -304,6 +315,13 @@ func TestResyncQueuesOnlyWork(t *testing.T) {
 		pv := volumeB(fmt.Sprintf("pv%d", i)).Class("fast").BoundTo(c).Annotation(annProvisionedBy, driver).Phase(corev1.VolumeBound).Obj()
 		state = append(state, c, pv)
 	}
+	// The claimRef of "moved" was edited by name from "owner", still bound
+	// to it, to "misbound": both claims are Lost (Misbound), and nothing
+	// changes until one of them goes, so neither is queued.
+	misbound := claimB("misbound").Class("fast").VolumeName("moved").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
+	owner := claimB("owner").Class("fast").VolumeName("moved").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
+	state = append(state, misbound, owner,
+		volumeB("moved").Class("fast").ClaimRef(ns, "misbound", "").Phase(corev1.VolumeAvailable).Obj())
 	state = append(state,
 		claimB("pending").Class("fast").Obj(),
 		volumeB("static").Class("fast").Obj(),                          // Available: idle
