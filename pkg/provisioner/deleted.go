@@ -76,23 +76,25 @@ func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
 //   - its reschedule of a claim also removes the in-flight finalizer when
 //     no CreateVolume for the claim is in flight (see libraryClaims).
 func (p *Provisioner) LibraryClient(client kubernetes.Interface) kubernetes.Interface {
-	return libraryClient{Interface: client, finished: p.finished, attempts: p.attempts}
+	return libraryClient{Interface: client, finished: p.finished, attempts: p.attempts, reschedules: p.reschedules}
 }
 
 type libraryClient struct {
 	kubernetes.Interface
-	finished *finishedDeletions
-	attempts *ledger
+	finished    *finishedDeletions
+	attempts    *ledger
+	reschedules *rescheduleNotes
 }
 
 func (c libraryClient) CoreV1() typedcorev1.CoreV1Interface {
-	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished, attempts: c.attempts}
+	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished, attempts: c.attempts, reschedules: c.reschedules}
 }
 
 type libraryCoreV1 struct {
 	typedcorev1.CoreV1Interface
-	finished *finishedDeletions
-	attempts *ledger
+	finished    *finishedDeletions
+	attempts    *ledger
+	reschedules *rescheduleNotes
 }
 
 func (c libraryCoreV1) PersistentVolumes() typedcorev1.PersistentVolumeInterface {

@@ -51,9 +51,14 @@ const cleanupAttempts = 5
 // being deleted, a final answer removes the finalizer.
 //
 // An error that comes after ctx ended (the sidecar stops, and the call in
-// flight was cut short) is an *controller.IgnoredError: see [stopped].
+// flight was cut short) is an *controller.IgnoredError: see [stopped]. On
+// ProvisioningReschedule the selected node of opts.PVC is noted for the
+// library's reschedule Update (see libraryClaims.rebase).
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	pv, state, err := p.provision(ctx, opts)
+	if state == controller.ProvisioningReschedule && err != nil {
+		p.reschedules.note(opts.PVC)
+	}
 	return pv, state, stopped(ctx, "provisioning", err)
 }
 

@@ -86,6 +86,7 @@ type Provisioner struct {
 	hasSynced      []cache.InformerSynced
 	topologies     *topologyCache
 	attempts       *ledger
+	reschedules    *rescheduleNotes
 	finished       *finishedDeletions
 	node           *nodeDeployment // nil without WithNodeDeployment
 }
@@ -118,14 +119,15 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	}
 
 	p := &Provisioner{
-		client:     client,
-		driver:     driver,
-		caps:       caps,
-		name:       caps.DriverName,
-		cfg:        cfg,
-		topologies: newTopologyCache(),
-		attempts:   newLedger(),
-		finished:   newFinishedDeletions(cfg.clock),
+		client:      client,
+		driver:      driver,
+		caps:        caps,
+		name:        caps.DriverName,
+		cfg:         cfg,
+		topologies:  newTopologyCache(),
+		attempts:    newLedger(),
+		reschedules: newRescheduleNotes(),
+		finished:    newFinishedDeletions(cfg.clock),
 	}
 	if cfg.node != nil {
 		node, err := newNodeDeployment(*cfg.node, caps.DriverName)

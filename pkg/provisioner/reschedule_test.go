@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
@@ -76,10 +77,18 @@ func TestLibraryRescheduleConflict(t *testing.T) {
 	tests := []struct {
 		name        string
 		live, sent  *corev1.PersistentVolumeClaim
+		unnoted     bool // Provision did not answer Reschedule for the claim
 		wantErr     bool
 		wantUpdates int
 	}{
 		{name: "the live claim adds only the in-flight finalizer: rescheduled", live: live().Obj(), sent: copied().Obj(), wantUpdates: 2},
+		{
+			// The library saw n1; n2 was set by hand since: the reschedule
+			// was for n1 and must not remove n2.
+			name: "the live claim's selected node was changed by hand: conflict", wantErr: true, wantUpdates: 1,
+			live: live().Annotation(storagehelpers.AnnSelectedNode, "n2").Obj(), sent: copied().Obj(),
+		},
+		{name: "no reschedule answer noted for the claim: conflict", live: live().Obj(), sent: copied().Obj(), unnoted: true, wantErr: true, wantUpdates: 1},
 		{name: "the live claim has another change: conflict", live: live().Annotation("a", "b").Obj(), sent: copied().Obj(), wantErr: true, wantUpdates: 1},
 		{name: "the live claim is another one: conflict", live: live().UID("uid-other").Obj(), sent: copied().Obj(), wantErr: true, wantUpdates: 1},
 		{
@@ -101,8 +110,17 @@ func TestLibraryRescheduleConflict(t *testing.T) {
 			})
 			l := newLedger()
 			l.final("uid-c")
-			claims := libraryClient{Interface: client, attempts: l}.CoreV1().PersistentVolumeClaims(testNS)
+			notes := newRescheduleNotes()
+			if !tt.unnoted {
+				// Provision answered Reschedule for the library's copy,
+				// which had selected-node n1.
+				notes.note(newClaim("c").Annotation(storagehelpers.AnnSelectedNode, "n1").Obj())
+			}
+			claims := libraryClient{Interface: client, attempts: l, reschedules: notes}.CoreV1().PersistentVolumeClaims(testNS)
 			got, err := claims.Update(t.Context(), tt.sent, metav1.UpdateOptions{})
+			if _, noted := notes.take("uid-c"); noted && !metav1.HasAnnotation(tt.sent.ObjectMeta, storagehelpers.AnnSelectedNode) {
+				t.Error("the note is still held after the reschedule Update")
+			}
 			if updates != tt.wantUpdates {
 				t.Errorf("%d updates, want %d", updates, tt.wantUpdates)
 			}
@@ -119,5 +137,26 @@ func TestLibraryRescheduleConflict(t *testing.T) {
 				t.Errorf("claim after the reschedule: annotations %v, finalizers %v; want neither selected-node nor the in-flight finalizer", got.Annotations, got.Finalizers)
 			}
 		})
+	}
+}
+
+// TestProvisionNotesReschedule: Provision notes the selected node of the
+// library's copy exactly when it answers ProvisioningReschedule, and a
+// deleted claim's note is dropped.
+func TestProvisionNotesReschedule(t *testing.T) {
+	claim := newClaim("c").Annotation(storagehelpers.AnnSelectedNode, "gone").Obj()
+	class := newClass().WaitForFirstConsumer().Obj()
+	h := newHarness(t, topologyCaps(), append(cluster(), claim, class))
+	if _, state, _ := h.provision(claim, class); state != controller.ProvisioningReschedule {
+		t.Fatalf("state %v, want Reschedule", state)
+	}
+	if node, noted := h.p.reschedules.take(claim.UID); !noted || node != "gone" {
+		t.Errorf("noted %q, %v; want the library's selected node %q", node, noted, "gone")
+	}
+
+	h.p.reschedules.note(claim)
+	h.p.forgetClaim(claim)
+	if _, noted := h.p.reschedules.take(claim.UID); noted {
+		t.Error("a deleted claim's note is kept")
 	}
 }
