@@ -419,10 +419,9 @@ func TestShouldProvision(t *testing.T) {
 		{name: "bound", claim: newClaim("c").VolumeName("pv").Obj()},
 		{name: "being deleted without the finalizer", claim: newClaim("c").Deleted().Obj()},
 		{name: "being deleted with the finalizer", claim: newClaim("c").Deleted().Finalizers(inflight.Finalizer).Obj(), want: true},
-		{
-			name: "class missing", claim: newClaim("c").Class("missing").Obj(), want: true,
-			wantEvent: `Warning ProvisioningFailed storageclass "missing" not found`,
-		},
+		// The binder reports it, as kube-controller-manager's does: one
+		// Warning, not two worded differently.
+		{name: "class missing", claim: newClaim("c").Class("missing").Obj(), want: true},
 		{
 			name: "no class", want: true, wantEvent: "Warning ProvisioningFailed the claim names no storage class",
 			claim: func() *corev1.PersistentVolumeClaim {

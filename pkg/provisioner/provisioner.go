@@ -250,8 +250,11 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 //
 // Because the library is silent about some reasons not to provision, they
 // are reported here, each once, as a Warning ProvisioningFailed event: the
-// claim's class does not exist (true is still returned, so the library keeps
-// retrying until it appears), or it names another provisioner.
+// claim names no class, or its class names another provisioner. A class
+// that does not exist is not reported here: the binder (this one, or
+// kube-controller-manager's) already reports it on the claim, in the API
+// server's words; true is returned, so the library keeps retrying until
+// the class appears.
 //
 // Once ctx has ended (the sidecar stops) it returns false: the library's
 // workers go on taking the claims left in their queue, and would post a
@@ -272,11 +275,9 @@ func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.Persist
 	class, err := p.classes.Get(className)
 	switch {
 	case apierrors.IsNotFound(err):
-		msg := fmt.Sprintf("storageclass %q not found", className)
 		if className == "" {
-			msg = "the claim names no storage class"
+			p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, "the claim names no storage class")
 		}
-		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
 		logger.V(4).Info("Claim's class is missing", "pvc", klog.KObj(claim), "class", className)
 		return true
 	case err != nil:

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -284,4 +285,35 @@ func TestImmediateTopologyOff(t *testing.T) {
 	_, pv := s.waitBound(claim.Name)
 	s.checkOnDriverNode(pv)
 	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
+// TestClassMissingAfterHandOver: a claim handed to this driver whose class
+// does not exist (deleted after the hand-over, or not created yet) gets one
+// Warning ProvisioningFailed, the binder's, worded as kube-controller-manager
+// words it; the provisioner, which also sees the claim (its failed
+// provisioning counts), says nothing more. Once the class exists the claim
+// is provisioned.
+func TestClassMissingAfterHandOver(t *testing.T) {
+	endpoint := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newStack(t, stackConfig{sidecarArgs: []string{"--http-endpoint=" + endpoint}})
+	className := s.className + "-late"
+	claim := s.claim(testutil.NewPVC(s.ns, "late").Class(className).
+		Annotation("volume.kubernetes.io/storage-provisioner", s.driver.Name).
+		Annotation("volume.beta.kubernetes.io/storage-provisioner", s.driver.Name))
+	s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", `storageclass.storage.k8s.io "`+className+`" not found`)
+	// The provisioner has seen the claim without its class.
+	waitMetric(t, endpoint, metricSeries("controller_persistentvolumeclaim_provision_failed_total", "class", className, "source", ""),
+		func(n float64) bool { return n >= 1 })
+
+	testutil.CreateClass(t, s.c, testutil.NewSC(className, s.driver.Name).Obj())
+	s.waitBound(claim.Name)
+	var warnings []string
+	for _, e := range s.events(s.ns, string(claim.UID)) {
+		if strings.HasPrefix(e, corev1.EventTypeWarning+" ") {
+			warnings = append(warnings, e)
+		}
+	}
+	if want := []string{`Warning ProvisioningFailed: storageclass.storage.k8s.io "` + className + `" not found`}; !slices.Equal(warnings, want) {
+		t.Errorf("Warnings on the claim %q, want %q", warnings, want)
+	}
 }
