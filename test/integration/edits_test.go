@@ -161,3 +161,53 @@ func TestBinderClaimRefUIDRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestBinderClaimRefMovedToMisboundClaim: a claim says it is bound to a
+// volume that another claim holds (it is Lost, Misbound), and then an
+// administrator points the volume's claimRef at it by name only (no UID)
+// while the other claim is still bound to the volume. Re-binding the named
+// claim, as is done when the claimRef merely lost its UID, would hand the
+// other claim's data to it: it stays Lost (case 3-4-2), the volume is never
+// reserved for it, and, its policy being Delete, never released, however
+// many resyncs pass.
+func TestBinderClaimRefMovedToMisboundClaim(t *testing.T) {
+	e := newEnv(t, controlplane.Need(t, shared))
+	rb := e.startBinder(binderConfig{})
+	hist := recordHistory(t, e.c, e.ns)
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	pv := e.createPV(testutil.NewPV(e.name("pv"), e.driver).Class(sc.Name).ReclaimPolicy(corev1.PersistentVolumeReclaimDelete))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	e.waitClaim(claim.Name, "Bound", isBound)
+	intruder := e.createClaim(testutil.NewPVC(e.ns, "intruder").Class(sc.Name).VolumeName(pv.Name).Annotation(annBindCompleted, "yes"))
+	e.waitClaimPhase(intruder.Name, corev1.ClaimLost)
+
+	edited := e.getPV(pv.Name)
+	edited.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.ns, Name: intruder.Name}
+	updated, err := e.c.CoreV1().PersistentVolumes().Update(t.Context(), edited, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The volume sync leaves the claimRef to the claim sync (phase
+	// Available); the named claim's sync must then refuse it.
+	e.waitPV(pv.Name, "synced after the edit", func(got *corev1.PersistentVolume) bool {
+		return got.ResourceVersion != updated.ResourceVersion || got.Status.Phase == corev1.VolumeAvailable
+	})
+	rb.waitResyncs(t, 3)
+
+	if got := e.getClaim(intruder.Name); got.Status.Phase != corev1.ClaimLost {
+		t.Errorf("claim %s is %s after the claimRef was moved to it by name, want Lost", got.Name, got.Status.Phase)
+	}
+	if got := e.getPV(pv.Name); got.Spec.ClaimRef == nil || got.Spec.ClaimRef.UID != "" || got.Spec.ClaimRef.Name != intruder.Name {
+		t.Errorf("volume claimRef %+v, want the administrator's edit left alone", got.Spec.ClaimRef)
+	}
+	for _, s := range hist.volumes(func(s pvState) bool { return s.name == pv.Name }) {
+		if s.claimUID == intruder.UID {
+			t.Errorf("volume state %v: reserved for the claim whose claimRef was moved to it", s)
+		}
+		if s.phase == corev1.VolumeReleased || s.phase == corev1.VolumeFailed {
+			t.Errorf("volume state %v: the volume of a claim still bound to it was released", s)
+		}
+	}
+	e.waitEvent(intruder.UID, corev1.EventTypeWarning, "ClaimMisbound", "Two claims are bound to the same volume, this one is bound incorrectly")
+}
