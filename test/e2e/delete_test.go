@@ -277,3 +277,39 @@ func TestDeleteVolumeClassGone(t *testing.T) {
 	testutil.CreateClass(t, s.c, recreated)
 	s.waitGone(claim.Name, pv.Name)
 }
+
+// TestForeignVolumeProvisionedByUs: a Released volume of another CSI driver
+// whose pv.kubernetes.io/provisioned-by names this driver (a hand edit)
+// with policy Delete. The other driver's provisioner skips it (not its
+// annotation), and this one must not send its handle to its own driver:
+// the PV gets a Warning VolumeFailedDelete saying what to do, and it stays,
+// Released.
+func TestForeignVolumeProvisionedByUs(t *testing.T) {
+	s := newStack(t, stackConfig{})
+	ctx := t.Context()
+	// Its claim is gone: the binder releases it.
+	foreign := testutil.NewPV(s.ns+"-foreign", "other.example.com").RV("").ReclaimPolicy(corev1.PersistentVolumeReclaimDelete).
+		Annotation("pv.kubernetes.io/provisioned-by", s.driver.Name).ClaimRef(s.ns, "gone", "uid-of-a-deleted-claim").Obj()
+	created, err := s.c.CoreV1().PersistentVolumes().Create(ctx, foreign, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if pv, err := s.c.CoreV1().PersistentVolumes().Get(ctx, foreign.Name, metav1.GetOptions{}); err == nil && len(pv.Finalizers) > 0 {
+			pv.Finalizers = nil
+			_, _ = s.c.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+		}
+		_ = s.c.CoreV1().PersistentVolumes().Delete(ctx, foreign.Name, metav1.DeleteOptions{})
+	})
+	s.waitEvent(metav1.NamespaceDefault, string(created.UID), corev1.EventTypeWarning, "VolumeFailedDelete",
+		"persistentvolume "+foreign.Name+" is a CSI volume of driver other.example.com, but pv.kubernetes.io/provisioned-by names "+s.driver.Name+
+			": not deleting it; delete the volume with its own driver and this PersistentVolume by hand")
+	got, err := s.c.CoreV1().PersistentVolumes().Get(ctx, foreign.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the foreign PV after the Warning: %v", err)
+	}
+	if got.Status.Phase != corev1.VolumeReleased || got.DeletionTimestamp != nil {
+		t.Errorf("foreign PV phase %s, deletion %v; want Released and not deleted", got.Status.Phase, got.DeletionTimestamp)
+	}
+}
