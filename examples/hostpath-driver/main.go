@@ -94,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.Float64Var(&cfg.Faults.HangCreateRate, "hang-create-rate", 0, "Fault injection: fraction (0..1) of CreateVolume calls that create the volume and then never answer until the caller gives up.")
 	fs.Float64Var(&cfg.Faults.HangDeleteRate, "hang-delete-rate", 0, "Fault injection: fraction (0..1) of DeleteVolume calls that delete the volume and then never answer until the caller gives up.")
 	fs.BoolVar(&cfg.Faults.IgnoreContentSource, "ignore-content-source", false, "Fault injection: CreateVolume ignores the volume content source (clone or snapshot) and creates an empty volume, answering without content_source.")
+	fs.BoolVar(&cfg.Faults.EchoSecrets, "echo-secrets", false, "Fault injection: a CreateVolume or DeleteVolume refused for its secrets (--require-create-secret, --require-delete-secret) quotes the secrets it was sent in its error message, as a driver that formats the request into its errors does.")
 	fs.Uint64Var(&cfg.Faults.Seed, "fault-seed", 0, "Fault injection: seed of the random generator; 0 picks one and logs it.")
 	klog.InitFlags(fs)
 

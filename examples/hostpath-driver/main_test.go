@@ -54,11 +54,11 @@ func TestParseFlags(t *testing.T) {
 		}},
 		{name: "faults", args: []string{
 			"--create-latency=2s", "--delete-latency=1s", "--fail-create-rate=0.25", "--fail-delete-rate=0.5",
-			"--fail-code=RESOURCE_EXHAUSTED", "--hang-create-rate=0.1", "--hang-delete-rate=0.2", "--fault-seed=9",
+			"--fail-code=RESOURCE_EXHAUSTED", "--hang-create-rate=0.1", "--hang-delete-rate=0.2", "--fault-seed=9", "--echo-secrets",
 		}, check: func(t *testing.T, c driver.Config) {
 			want := driver.Faults{
 				CreateLatency: 2 * time.Second, DeleteLatency: time.Second, FailCreateRate: 0.25, FailDeleteRate: 0.5,
-				FailCode: codes.ResourceExhausted, HangCreateRate: 0.1, HangDeleteRate: 0.2, Seed: 9,
+				FailCode: codes.ResourceExhausted, HangCreateRate: 0.1, HangDeleteRate: 0.2, Seed: 9, EchoSecrets: true,
 			}
 			if c.Faults != want {
 				t.Errorf("faults %+v, want %+v", c.Faults, want)

@@ -112,6 +112,11 @@ type Faults struct {
 	// source it was given (the CO must not take such a volume for a
 	// clone or a restore).
 	IgnoreContentSource bool
+	// EchoSecrets makes a CreateVolume or DeleteVolume refused for its
+	// secrets (RequireCreateSecrets, RequireDeleteSecrets) quote the
+	// secrets it was sent in its error message, as a careless driver that
+	// formats the request into its errors does (the CO must not show them).
+	EchoSecrets bool
 }
 
 // Enabled reports whether any fault is configured.
@@ -119,7 +124,7 @@ func (f Faults) Enabled() bool {
 	return f.CreateLatency > 0 || f.DeleteLatency > 0 ||
 		f.FailCreateRate > 0 || f.FailDeleteRate > 0 ||
 		f.HangCreateRate > 0 || f.HangDeleteRate > 0 ||
-		f.IgnoreContentSource
+		f.IgnoreContentSource || f.EchoSecrets
 }
 
 // DefaultConfig returns a Config with every default set. NodeID is empty

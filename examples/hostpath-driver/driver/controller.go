@@ -78,7 +78,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 func (d *Driver) createVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	logger := klog.FromContext(ctx)
-	if err := checkSecrets("CreateVolume", d.cfg.RequireCreateSecrets, req.GetSecrets()); err != nil {
+	if err := d.checkCallSecrets("CreateVolume", d.cfg.RequireCreateSecrets, req.GetSecrets()); err != nil {
 		return nil, err
 	}
 	if err := checkName("volume", req.GetName()); err != nil {
@@ -378,7 +378,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 
 func (d *Driver) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error {
 	logger := klog.FromContext(ctx)
-	if err := checkSecrets("DeleteVolume", d.cfg.RequireDeleteSecrets, req.GetSecrets()); err != nil {
+	if err := d.checkCallSecrets("DeleteVolume", d.cfg.RequireDeleteSecrets, req.GetSecrets()); err != nil {
 		return err
 	}
 	if req.GetVolumeId() == "" {

@@ -214,3 +214,29 @@ func serveTest(ctx context.Context, t *testing.T, d *Driver) *grpc.ClientConn {
 	})
 	return conn
 }
+
+// TestEchoSecretsFault: with the EchoSecrets fault a call refused for its
+// secrets quotes the secrets it was sent; without it the message names
+// only the key.
+func TestEchoSecretsFault(t *testing.T) {
+	for _, echo := range []bool{false, true} {
+		d := newTestDriver(t, func(c *Config) {
+			c.RequireCreateSecrets = map[string]string{"password": "create-pw"}
+			c.RequireDeleteSecrets = map[string]string{"token": "delete-pw"}
+			c.Faults.EchoSecrets = echo
+		})
+		req := createReq("pvc-1", gi)
+		req.Secrets = map[string]string{"password": "guess-1"}
+		_, createErr := d.CreateVolume(t.Context(), req)
+		_, deleteErr := d.DeleteVolume(t.Context(), &csi.DeleteVolumeRequest{VolumeId: "v", Secrets: map[string]string{"token": "guess-2"}})
+		for _, c := range []struct {
+			err   error
+			value string
+		}{{createErr, "guess-1"}, {deleteErr, "guess-2"}} {
+			wantCode(t, c.err, codes.Unauthenticated)
+			if got := strings.Contains(status.Convert(c.err).Message(), c.value); got != echo {
+				t.Errorf("echo %v: message %q quotes the secret sent: %v", echo, status.Convert(c.err).Message(), got)
+			}
+		}
+	}
+}

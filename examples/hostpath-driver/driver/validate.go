@@ -112,6 +112,16 @@ func checkSecrets(call string, want, got map[string]string) error {
 	return nil
 }
 
+// checkCallSecrets is checkSecrets, except that with the EchoSecrets fault
+// the message also quotes the secrets the call was sent.
+func (d *Driver) checkCallSecrets(call string, want, got map[string]string) error {
+	err := checkSecrets(call, want, got)
+	if err == nil || !d.cfg.Faults.EchoSecrets {
+		return err
+	}
+	return status.Errorf(status.Code(err), "%s; secrets sent: %v", status.Convert(err).Message(), got)
+}
+
 // nodeTopology is the topology of the one node this driver serves.
 func (d *Driver) nodeTopology() *csi.Topology {
 	return &csi.Topology{Segments: map[string]string{TopologyKey: d.cfg.NodeID}}
