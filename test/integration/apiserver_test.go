@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// TestAPIServerOutage: kube-apiserver stops while the sidecar provisions
+// and deletes volumes, and starts again once every CreateVolume and
+// DeleteVolume of the run has been answered, so that each PV create, PV
+// finalizer removal and PV delete that follows meets a refused connection
+// and has to be retried. Afterwards every new claim is Bound to a PV of
+// its own, every Released Delete volume is gone with its driver volume
+// deleted once, the driver holds exactly the PVs' volumes, and the
+// sidecar (no leader election) is still the same process.
+func TestAPIServerOutage(t *testing.T) {
+	const newClaims, oldClaims, outage = 6, 4, 15 * time.Second
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	e := newEnv(t, cp)
+	s := e.startStackWith(stackConfig{
+		driver: e2e.DriverConfig{Args: []string{"--create-latency=3s", "--delete-latency=3s"}},
+		sidecarArgs: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s",
+			"--worker-threads=20"},
+	})
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	for i := range oldClaims {
+		e.createClaim(testutil.NewPVC(e.ns, fmt.Sprintf("old-%d", i)).Class(sc.Name))
+	}
+	old := e.waitAllBound(oldClaims)
+	var oldPVs, oldIDs []string
+	for _, c := range old {
+		pv := e.getPV(c.Spec.VolumeName)
+		oldPVs, oldIDs = append(oldPVs, pv.Name), append(oldIDs, pv.Spec.CSI.VolumeHandle)
+	}
+	driverLog := s.driver.LogPath
+	createdBefore := countLogLines(driverLog, `"Created volume"`)
+
+	for i := range newClaims {
+		e.createClaim(testutil.NewPVC(e.ns, fmt.Sprintf("new-%d", i)).Class(sc.Name))
+	}
+	for _, c := range old {
+		e.deleteClaim(c.Name)
+	}
+	// Every call has reached the driver (the volumes exist or are gone)
+	// before the API server stops; the answers come during the outage.
+	testutil.Eventually(t, 0, "the driver did not get every call", func(context.Context) (bool, error) {
+		return countLogLines(driverLog, `"Created volume"`) == createdBefore+newClaims &&
+			countLogLines(driverLog, `"Deleted volume"`) == oldClaims, nil
+	})
+	if err := cp.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	// The driver answers the calls (3 s latency) with no API server to
+	// record their outcome; the outage lasts at least outage, as an
+	// upgrade's restart of kube-apiserver may.
+	testutil.Eventually(t, 0, "the driver did not answer every call", func(context.Context) (bool, error) {
+		return countLogLines(driverLog, `"gRPC call"`, `method="/csi.v1.Controller/CreateVolume"`) >= createdBefore+newClaims &&
+			countLogLines(driverLog, `"gRPC call"`, `method="/csi.v1.Controller/DeleteVolume"`) >= oldClaims &&
+			time.Since(down) >= outage, nil
+	})
+	if err := cp.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver was down for %s", time.Since(down).Round(100*time.Millisecond))
+
+	claims := e.waitAllBound(newClaims)
+	for _, name := range oldPVs {
+		e.waitPVGone(name)
+	}
+	var ids []string
+	for _, c := range claims {
+		ids = append(ids, e.getPV(c.Spec.VolumeName).Spec.CSI.VolumeHandle)
+	}
+	s.waitVolumeIDs(ids...)
+	pvs, err := e.c.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []string
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver {
+			ours = append(ours, pv.Name+"="+pv.Spec.CSI.VolumeHandle)
+		}
+	}
+	if len(ours) != newClaims {
+		t.Errorf("PVs of the driver = %v, want one for each of the %d claims", ours, newClaims)
+	}
+	for _, id := range oldIDs {
+		if n := countLogLines(driverLog, `"Deleted volume"`, `volumeID="`+id+`"`); n != 1 {
+			t.Errorf("volume %s deleted %d times by the driver, want 1", id, n)
+		}
+	}
+	// A DeleteVolume whose PV could not be deleted afterwards is made
+	// again (the library's retry, as upstream); the driver answers it as
+	// done.
+	t.Logf("DeleteVolume calls: %d for %d volumes", countLogLines(driverLog, `method="/csi.v1.Controller/DeleteVolume"`, `"gRPC call`), oldClaims)
+	if got := countLogLines(driverLog, `"Created volume"`); got != createdBefore+newClaims {
+		t.Errorf("driver created %d volumes, want %d", got, createdBefore+newClaims)
+	}
+	select {
+	case <-s.sidecar.Exited():
+		t.Fatalf("the sidecar exited during the outage: %v", s.sidecar.ExitErr())
+	default:
+	}
+	for _, c := range claims {
+		if !slices.ContainsFunc(ours, func(s string) bool { return strings.HasPrefix(s, c.Spec.VolumeName+"=") }) {
+			t.Errorf("claim %s bound to %s, which is not a PV of the driver", c.Name, c.Spec.VolumeName)
+		}
+	}
+	e.waitEvent(claims[0].UID, corev1.EventTypeNormal, "ProvisioningSucceeded", "Successfully provisioned volume")
+}
+
+// countLogLines counts the lines of the log at path that contain every one
+// of subs.
+func countLogLines(path string, subs ...string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
+			n++
+		}
+	}
+	return n
+}
