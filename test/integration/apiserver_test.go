@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -137,4 +139,100 @@ func countLogLines(path string, subs ...string) int {
 		}
 	}
 	return n
+}
+
+// TestAPIFaults: the sidecar reaches kube-apiserver through a proxy that
+// answers about a third of its writes with 429 (Retry-After: 1), 500 or
+// 503 without making them, or makes them and then closes the connection
+// unanswered (a lost response: the retry finds the PV already created,
+// the claim changed, the PV gone); fails a tenth of its reads with 503;
+// answers some watches from a resourceVersion with 410 Gone (the informer
+// lists again) and cuts every watch after 1 to 3 s. Claims are created,
+// some deleted: every remaining claim ends Bound to a PV of its own, the
+// deleted claims' PVs are gone with their volumes deleted once, the driver
+// holds exactly the PVs' volumes, and the claims have their
+// ProvisioningSucceeded events.
+func TestAPIFaults(t *testing.T) {
+	const claims, deleted = 10, 5
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	e := newEnv(t, cp)
+	seed := uint64(time.Now().UnixNano())
+	proxy, kubeconfig := startFaultProxy(t, cp, seed, func(r *http.Request, watch bool, rng *rand.Rand) fault {
+		x := rng.Float64()
+		switch {
+		case watch:
+			rv := r.URL.Query().Get("resourceVersion")
+			if rv != "" && rv != "0" && r.URL.Query().Get("sendInitialEvents") == "" && x < 0.2 {
+				return faultGone
+			}
+		case r.Method == http.MethodGet:
+			if x < 0.1 {
+				return fault503
+			}
+		case x < 0.33:
+			return []fault{fault429, fault500, fault503, faultLost}[rng.IntN(4)]
+		}
+		return faultNone
+	})
+	s := e.startStackWith(stackConfig{
+		sidecarArgs: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s"},
+		kubeconfig:  kubeconfig,
+	})
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	for i := range claims {
+		e.createClaim(testutil.NewPVC(e.ns, fmt.Sprintf("data-%d", i)).Class(sc.Name))
+	}
+	bound := e.waitAllBound(claims)
+	var gonePVs, goneIDs []string
+	for _, c := range bound[:deleted] {
+		pv := e.getPV(c.Spec.VolumeName)
+		gonePVs, goneIDs = append(gonePVs, pv.Name), append(goneIDs, pv.Spec.CSI.VolumeHandle)
+		e.deleteClaim(c.Name)
+	}
+	for _, name := range gonePVs {
+		e.waitPVGone(name)
+	}
+	kept := e.waitAllBound(claims - deleted)
+	var ids []string
+	for _, c := range kept {
+		ids = append(ids, e.getPV(c.Spec.VolumeName).Spec.CSI.VolumeHandle)
+	}
+	s.waitVolumeIDs(ids...)
+	pvs, err := e.c.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []string
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver {
+			ours = append(ours, pv.Name)
+		}
+	}
+	if len(ours) != claims-deleted {
+		t.Errorf("PVs of the driver = %v, want one for each of the %d claims", ours, claims-deleted)
+	}
+	driverLog := s.driver.LogPath
+	for _, id := range goneIDs {
+		if n := countLogLines(driverLog, `"Deleted volume"`, `volumeID="`+id+`"`); n != 1 {
+			t.Errorf("volume %s deleted %d times by the driver, want 1", id, n)
+		}
+	}
+	if n := countLogLines(driverLog, `"Created volume"`); n != claims {
+		t.Errorf("driver created %d volumes, want %d", n, claims)
+	}
+	for _, c := range kept {
+		e.waitEvent(c.UID, corev1.EventTypeNormal, "ProvisioningSucceeded", "Successfully provisioned volume "+c.Spec.VolumeName)
+	}
+	counts := proxy.counts()
+	t.Logf("faults injected: %v", counts)
+	for _, f := range []fault{fault429, fault500, fault503, faultLost, faultGone} {
+		if counts[f] == 0 {
+			t.Errorf("no %s fault injected (seed %d): the run proves nothing about it", f, seed)
+		}
+	}
+	select {
+	case <-s.sidecar.Exited():
+		t.Fatalf("the sidecar exited: %v", s.sidecar.ExitErr())
+	default:
+	}
 }

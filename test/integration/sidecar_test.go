@@ -46,6 +46,9 @@ type stackConfig struct {
 	driver      e2e.DriverConfig
 	sidecarArgs []string
 	sidecarEnv  []string
+	// kubeconfig, if set, replaces the control plane's admin kubeconfig
+	// (for a sidecar that reaches kube-apiserver through a proxy).
+	kubeconfig string
 }
 
 // startStackWith starts the stack described by cfg; see startStack.
@@ -69,8 +72,12 @@ func (e *env) startStackWith(cfg stackConfig) *stack {
 			e.t.Fatal(err)
 		}
 	}
+	kubeconfig := e.cp.KubeconfigPath
+	if cfg.kubeconfig != "" {
+		kubeconfig = cfg.kubeconfig
+	}
 	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
-		Kubeconfig: e.cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
+		Kubeconfig: kubeconfig, Socket: s.driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"),
 		Args: cfg.sidecarArgs, Env: cfg.sidecarEnv,
 	})
 	if err != nil {
