@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -234,5 +235,76 @@ func TestAPIFaults(t *testing.T) {
 	case <-s.sidecar.Exited():
 		t.Fatalf("the sidecar exited: %v", s.sidecar.ExitErr())
 	default:
+	}
+}
+
+// TestAPIFaultsCapacity: with --enable-capacity, the sidecar publishes
+// CSIStorageCapacity objects through the fault proxy of TestAPIFaults
+// (writes only: half the creates lose their answer, a third of the other
+// writes fail or lose theirs). A create whose answer
+// was lost leaves an object the sidecar does not know it made, and its
+// retry makes a second one (generated names); a lost delete is retried
+// into NotFound. In the end each WaitForFirstConsumer class has exactly one
+// object, and a deleted class none.
+func TestAPIFaultsCapacity(t *testing.T) {
+	const classes, deleted = 8, 3
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	e := newEnv(t, cp)
+	seed := uint64(time.Now().UnixNano())
+	proxy, kubeconfig := startFaultProxy(t, cp, seed, func(r *http.Request, watch bool, rng *rand.Rand) fault {
+		x := rng.Float64()
+		switch {
+		case watch || r.Method == http.MethodGet || !strings.Contains(r.URL.Path, "/csistoragecapacities"):
+			return faultNone
+		case r.Method == http.MethodPost && x < 0.5:
+			return faultLost
+		case x < 0.33:
+			return []fault{fault429, fault500, fault503, faultLost}[rng.IntN(4)]
+		}
+		return faultNone
+	})
+	e.startStackWith(stackConfig{
+		driver: e2e.DriverConfig{Topology: true, Args: []string{"--capacity=10Gi"}},
+		sidecarArgs: []string{"-v=4", "--retry-interval-start=200ms", "--retry-interval-max=2s",
+			"--enable-capacity", "--capacity-ownerref-level=-1", "--capacity-poll-interval=500ms"},
+		sidecarEnv: []string{"NAMESPACE=" + e.ns},
+		kubeconfig: kubeconfig,
+	})
+	var names []string
+	for i := range classes {
+		sc := e.createClass(testutil.NewSC(e.name(fmt.Sprintf("sc-%d", i)), e.driver).WaitForFirstConsumer())
+		names = append(names, sc.Name)
+	}
+	waitCapacityPerClass := func(want map[string]int) {
+		t.Helper()
+		var got map[string]int
+		testutil.Eventually(t, 0, "CSIStorageCapacity objects per class", func(ctx context.Context) (bool, error) {
+			list, err := e.c.StorageV1().CSIStorageCapacities(e.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			got = map[string]int{}
+			for _, c := range list.Items {
+				got[c.StorageClassName]++
+			}
+			return maps.Equal(got, want), nil
+		})
+	}
+	want := map[string]int{}
+	for _, name := range names {
+		want[name] = 1
+	}
+	waitCapacityPerClass(want)
+	for _, name := range names[:deleted] {
+		if err := e.c.StorageV1().StorageClasses().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, name)
+	}
+	waitCapacityPerClass(want)
+	counts := proxy.counts()
+	t.Logf("faults injected: %v", counts)
+	if counts[faultLost] == 0 {
+		t.Errorf("no lost answer injected (seed %d): the run proves nothing about it", seed)
 	}
 }
