@@ -341,3 +341,46 @@ func TestFinishedDeletionsPrune(t *testing.T) {
 		t.Errorf("%d entries after pruning, want 2 (b, c)", n)
 	}
 }
+
+// TestDeleteVolumeOnceAcrossRetries: the library calls Delete again when
+// it could not delete the PV object after DeleteVolume succeeded (the API
+// server was down, or refused the write): DeleteVolume is not called again
+// for a volume of that PV it deleted less than deletedVolumeTTL ago. A
+// failed DeleteVolume, another PV (another UID) of the same volume, and a
+// deletion older than the TTL are called again.
+func TestDeleteVolumeOnceAcrossRetries(t *testing.T) {
+	pv := provisionedPV("", "").Obj()
+	pv.UID = "uid-pv1"
+	other := pv.DeepCopy()
+	other.UID = "uid-pv1-again"
+	tests := []struct {
+		name       string
+		deleteErrs []error
+		second     *corev1.PersistentVolume
+		elapsed    time.Duration
+		wantCalls  int
+	}{
+		{name: "retry after the PV could not be deleted", second: pv, wantCalls: 1},
+		{name: "the first DeleteVolume failed", deleteErrs: []error{csiErr(codes.Unavailable)}, second: pv, wantCalls: 2},
+		{name: "another PV of the same volume", second: other, wantCalls: 2},
+		{name: "deleted too long ago", second: pv, elapsed: deletedVolumeTTL, wantCalls: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			h := newHarness(t, baseCaps(), nil, WithClock(clk))
+			h.driver.deleteErrs = tt.deleteErrs
+			err := h.p.Delete(h.ctx, pv)
+			if (err != nil) != (len(tt.deleteErrs) > 0) {
+				t.Fatalf("first Delete: %v", err)
+			}
+			clk.Step(tt.elapsed)
+			if err := h.p.Delete(h.ctx, tt.second); err != nil {
+				t.Fatalf("second Delete: %v", err)
+			}
+			if calls := h.driver.deleteCalls(); len(calls) != tt.wantCalls {
+				t.Errorf("DeleteVolume called %d times, want %d", len(calls), tt.wantCalls)
+			}
+		})
+	}
+}

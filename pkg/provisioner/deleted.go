@@ -115,3 +115,44 @@ func (c libraryVolumes) Patch(ctx context.Context, name string, pt types.PatchTy
 	}
 	return pv, err
 }
+
+// deletedVolumeTTL is how long a successful DeleteVolume is remembered
+// (deletedVolumes): longer than the library's retries of a deletion take
+// while kube-apiserver is down or refuses writes (--retry-interval-max
+// apart, 5 minutes by default). After it, a retry calls DeleteVolume
+// again, which is only one more call (DeleteVolume is idempotent).
+const deletedVolumeTTL = 30 * time.Minute
+
+// deletedVolumes remembers, by PV UID and volume handle, the volumes whose
+// DeleteVolume succeeded. It is safe for concurrent use.
+//
+// Why: the library calls Delete, then deletes the PV object and removes
+// its finalizer; when either write fails (kube-apiserver restarting, 429,
+// 5xx, a lost answer) it calls Delete again at its next retry, and without
+// this record every retry was one more DeleteVolume of a volume already
+// gone: 7 per volume during a 15 s outage (test/integration
+// TestAPIServerOutage).
+type deletedVolumes struct {
+	keys *utilcache.Expiring
+}
+
+type deletedVolume struct {
+	uid    types.UID
+	handle string
+}
+
+func newDeletedVolumes(clk clock.Clock) *deletedVolumes {
+	return &deletedVolumes{keys: utilcache.NewExpiringWithClock(clk)}
+}
+
+// add remembers that the volume handle of the PV with uid was deleted.
+func (d *deletedVolumes) add(uid types.UID, handle string) {
+	d.keys.Set(deletedVolume{uid: uid, handle: handle}, struct{}{}, deletedVolumeTTL)
+}
+
+// has reports whether the volume handle of the PV with uid was deleted
+// less than deletedVolumeTTL ago.
+func (d *deletedVolumes) has(uid types.UID, handle string) bool {
+	_, ok := d.keys.Get(deletedVolume{uid: uid, handle: handle})
+	return ok
+}

@@ -88,6 +88,7 @@ type Provisioner struct {
 	attempts       *ledger
 	reschedules    *rescheduleNotes
 	finished       *finishedDeletions
+	deleted        *deletedVolumes
 	node           *nodeDeployment // nil without WithNodeDeployment
 }
 
@@ -128,6 +129,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		attempts:    newLedger(),
 		reschedules: newRescheduleNotes(),
 		finished:    newFinishedDeletions(cfg.clock),
+		deleted:     newDeletedVolumes(cfg.clock),
 	}
 	if cfg.node != nil {
 		node, err := newNodeDeployment(*cfg.node, caps.DriverName)
