@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
@@ -350,5 +352,60 @@ func TestAPIFaultsCapacity(t *testing.T) {
 	t.Logf("faults injected: %v", counts)
 	if counts[faultLost] == 0 {
 		t.Errorf("no lost answer injected (seed %d): the run proves nothing about it", seed)
+	}
+}
+
+// TestWatchGapClaimRecreated: the sidecar's watches and lists fail (503)
+// for a while, as when kube-apiserver is overloaded; meanwhile a Bound
+// claim of a Delete class is deleted and created again under the same
+// name. When its informers list again, the sidecar must neither bind the
+// new claim to the old claim's volume nor keep that volume: the old
+// volume is deleted (its claim is gone), once, and the new claim gets a
+// volume of its own.
+func TestWatchGapClaimRecreated(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	e := newEnv(t, cp)
+	var gap atomic.Bool
+	proxy, kubeconfig := startFaultProxy(t, cp, 1, func(r *http.Request, _ bool, _ *rand.Rand) fault {
+		if gap.Load() && r.Method == http.MethodGet {
+			return fault503
+		}
+		return faultNone
+	})
+	s := e.startStackWith(stackConfig{
+		sidecarArgs: []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s"},
+		kubeconfig:  kubeconfig,
+	})
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	old := e.waitAllBound(1)[0]
+	oldPV := e.getPV(old.Spec.VolumeName)
+
+	// The proxy cuts every watch within 3 s; from then on the sidecar
+	// sees nothing until the gap ends.
+	gap.Store(true)
+	testutil.Eventually(t, 0, "the sidecar's watches did not end", func(context.Context) (bool, error) {
+		return proxy.watches.Load() == 0, nil
+	})
+	e.deleteClaim("data")
+	testutil.Eventually(t, 0, "the old claim is not gone", func(ctx context.Context) (bool, error) {
+		_, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, "data", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	recreated := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	if proxy.watches.Load() != 0 {
+		t.Fatal("a watch of the sidecar got through during the gap")
+	}
+	gap.Store(false)
+
+	e.waitPVGone(oldPV.Name)
+	bound := e.waitAllBound(1)[0]
+	if bound.UID != recreated.UID || bound.Spec.VolumeName == oldPV.Name {
+		t.Errorf("claim %s (UID %s) bound to %s, want the new claim %s bound to a new volume", bound.Name, bound.UID, bound.Spec.VolumeName, recreated.UID)
+	}
+	newPV := e.getPV(bound.Spec.VolumeName)
+	s.waitVolumeIDs(newPV.Spec.CSI.VolumeHandle)
+	if n := countLogLines(s.driver.LogPath, `"Deleted volume"`, `volumeID="`+oldPV.Spec.CSI.VolumeHandle+`"`); n != 1 {
+		t.Errorf("the old volume was deleted %d times by the driver, want 1", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,9 @@ type faultProxy struct {
 	client *http.Client
 	// decide picks the fault of a request; called under mu.
 	decide func(r *http.Request, watch bool, rng *rand.Rand) fault
+
+	// watches is the number of watches being proxied.
+	watches atomic.Int32
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -125,6 +129,8 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if watch {
+		p.watches.Add(1)
+		defer p.watches.Add(-1)
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cut)
 		defer cancel()
