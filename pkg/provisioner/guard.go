@@ -120,13 +120,13 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 
 	if pv := p.provisionedVolume(logger, claim); pv != nil {
 		if !bound && !deleting && p.cfg.binderEnabled {
-			logger.V(5).Info("Leaving the in-flight finalizer to the binder", "pv", pv.Name)
+			logger.V(5).Info("Leaving the in-flight finalizer to the binder", "pv", klog.KObj(pv))
 			return nil
 		}
 		if err := p.removeInflight(ctx, claim); err != nil {
 			return err
 		}
-		logger.V(2).Info("Removed the in-flight finalizer: the volume is recorded in its PV", "pv", pv.Name, "bound", bound, "deleting", deleting)
+		logger.V(2).Info("Removed the in-flight finalizer: the volume is recorded in its PV", "pv", klog.KObj(pv), "bound", bound, "deleting", deleting)
 		return nil
 	}
 	if !deleting && !bound {

@@ -209,7 +209,7 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 	// finalizer, or gone (see enqueueClaim, forgetClaim).
 	p.attempts.created(claim.UID)
 	p.node.forget(claim.UID)
-	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
+	logger.V(2).Info("Provisioned volume", "pv", klog.KObj(pv), "volumeID", vol.GetVolumeId(), "capacity", capacity, "duration", time.Since(start))
 	return pv, controller.ProvisioningFinished, nil
 }
 

@@ -60,7 +60,7 @@ func (p *Provisioner) snapshotContentSource(ctx context.Context, claim *corev1.P
 	contentName := *snap.Status.BoundVolumeSnapshotContentName
 	content, err := snaps.VolumeSnapshotContents().Get(ctx, contentName, metav1.GetOptions{})
 	if err != nil {
-		klog.FromContext(ctx).Info("Cannot read the content of a snapshot", "pvc", klog.KObj(claim), "snapshot", name, "content", contentName, "err", err)
+		klog.FromContext(ctx).Info("Cannot read the content of a snapshot", "pvc", klog.KObj(claim), "snapshot", klog.KRef(namespace, name), "content", contentName, "err", err)
 		return nil, fmt.Errorf("error getting snapshotcontent %s for snapshot %s", contentName, name)
 	}
 	if ref := content.Spec.VolumeSnapshotRef; ref.UID != snap.UID || ref.Namespace != snap.Namespace || ref.Name != snap.Name {
