@@ -78,7 +78,7 @@ func StartForTest(t testing.TB, cfg Config) *ControlPlane {
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cp, err := Start(ctx, cfg)
 	if err != nil {

@@ -21,11 +21,7 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func(ctx c
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	ctx := context.Background()
-	if c, ok := t.(interface{ Context() context.Context }); ok {
-		ctx = c.Context()
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, cond); err != nil {
+	if err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, cond); err != nil {
 		t.Fatalf("%s: %v", msg, err)
 	}
 }
