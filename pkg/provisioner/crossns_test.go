@@ -27,6 +27,8 @@ type fakeGrants struct {
 	asked   []refgrant.Reference
 }
 
+var _ ReferenceGrants = (*fakeGrants)(nil)
+
 func (g *fakeGrants) Allows(from string, to refgrant.Reference) (bool, error) {
 	g.asked = append(g.asked, to)
 	return from == testNS && slices.Contains(g.allowed, to), g.err

@@ -34,6 +34,8 @@ type libraryHandler struct {
 	queued []string
 }
 
+var _ cache.ResourceEventHandler = (*libraryHandler)(nil)
+
 func (l *libraryHandler) OnAdd(interface{}, bool) {}
 func (l *libraryHandler) OnDelete(interface{})    {}
 func (l *libraryHandler) OnUpdate(old, obj interface{}) {
@@ -346,6 +348,8 @@ func (c *capturingInformer) AddEventHandlerWithOptions(h cache.ResourceEventHand
 
 // updateRecorder records the names of the claims of every update it gets.
 type updateRecorder struct{ updated []string }
+
+var _ cache.ResourceEventHandler = (*updateRecorder)(nil)
 
 func (r *updateRecorder) OnAdd(interface{}, bool) {}
 func (r *updateRecorder) OnDelete(interface{})    {}
