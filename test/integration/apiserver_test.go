@@ -120,21 +120,7 @@ func testAPIServerOutage(t *testing.T, leaderElection bool) {
 	for _, name := range oldPVs {
 		e.waitPVGone(name)
 	}
-	var ids []string
-	for _, c := range claims {
-		ids = append(ids, e.getPV(c.Spec.VolumeName).Spec.CSI.VolumeHandle)
-	}
-	s.waitVolumeIDs(ids...)
-	pvs, err := e.c.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ours []string
-	for _, pv := range pvs.Items {
-		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver {
-			ours = append(ours, pv.Name+"="+pv.Spec.CSI.VolumeHandle)
-		}
-	}
+	ours := s.waitOnlyVolumesOf(claims)
 	if len(ours) != newClaims {
 		t.Errorf("PVs of the driver = %v, want one for each of the %d claims", ours, newClaims)
 	}
@@ -162,11 +148,33 @@ func testAPIServerOutage(t *testing.T, leaderElection bool) {
 	default:
 	}
 	for _, c := range claims {
-		if !slices.ContainsFunc(ours, func(s string) bool { return strings.HasPrefix(s, c.Spec.VolumeName+"=") }) {
+		if !slices.Contains(ours, c.Spec.VolumeName) {
 			t.Errorf("claim %s bound to %s, which is not a PV of the driver", c.Name, c.Spec.VolumeName)
 		}
 	}
 	e.waitEvent(claims[0].UID, corev1.EventTypeNormal, "ProvisioningSucceeded", "Successfully provisioned volume")
+}
+
+// waitOnlyVolumesOf waits until the driver holds exactly the volumes of
+// the Bound claims, then returns the names of the PVs of the driver.
+func (s *stack) waitOnlyVolumesOf(claims []corev1.PersistentVolumeClaim) []string {
+	e := s.e
+	var ids []string
+	for _, c := range claims {
+		ids = append(ids, e.getPV(c.Spec.VolumeName).Spec.CSI.VolumeHandle)
+	}
+	s.waitVolumeIDs(ids...)
+	pvs, err := e.c.CoreV1().PersistentVolumes().List(e.t.Context(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var names []string
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver {
+			names = append(names, pv.Name)
+		}
+	}
+	return names
 }
 
 // countLogLines counts the lines of the log at path that contain every one
@@ -237,21 +245,7 @@ func TestAPIFaults(t *testing.T) {
 		e.waitPVGone(name)
 	}
 	kept := e.waitAllBound(claims - deleted)
-	var ids []string
-	for _, c := range kept {
-		ids = append(ids, e.getPV(c.Spec.VolumeName).Spec.CSI.VolumeHandle)
-	}
-	s.waitVolumeIDs(ids...)
-	pvs, err := e.c.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ours []string
-	for _, pv := range pvs.Items {
-		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver {
-			ours = append(ours, pv.Name)
-		}
-	}
+	ours := s.waitOnlyVolumesOf(kept)
 	if len(ours) != claims-deleted {
 		t.Errorf("PVs of the driver = %v, want one for each of the %d claims", ours, claims-deleted)
 	}
