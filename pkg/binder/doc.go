@@ -37,8 +37,9 @@
 //     write carries it too, so that controller has nothing to write
 //     (unused.go);
 //   - a volume whose claim is gone becomes Released; the provisioner then
-//     deletes it (Delete) or it stays (Retain); Recycle and unknown policies
-//     make it Failed with a Warning. Before releasing, a claim missing from
+//     deletes it (Delete; a static in-tree volume of the migrated plugin
+//     that it does not delete gets a Warning) or it stays (Retain); Recycle
+//     and unknown policies make it Failed with a Warning. Before releasing, a claim missing from
 //     the cache is read from the API server, and a claim found with another
 //     UID is read again, so a freshly provisioned volume is never released
 //     because its claim was not cached yet. Likewise, a bound claim whose

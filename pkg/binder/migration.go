@@ -2,6 +2,7 @@ package binder
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,4 +34,22 @@ func (b *Binder) annealMigrated(ctx context.Context, pv *corev1.PersistentVolume
 		return f == storagehelpers.PVDeletionInTreeProtectionFinalizer
 	})
 	return b.updateVolume(ctx, clone, "migrated to "+b.driver)
+}
+
+// reportUndeletableInTree posts a Warning on a Released in-tree volume of
+// the migrated plugin, reclaim policy Delete, that no provisioner deletes:
+// one without pv.kubernetes.io/provisioned-by or
+// pv.kubernetes.io/migrated-to naming the driver or the plugin (a static
+// volume), which the provisioning library never hands to Delete, as
+// upstream. kube-controller-manager, whose in-tree plugin is gone, would
+// mark it Failed; it stays Released here, so that naming the driver in
+// migrated-to, as the event suggests, has the provisioner delete it.
+func (b *Binder) reportUndeletableInTree(pv *corev1.PersistentVolume) {
+	if b.cfg.inTree == "" || pv.Spec.CSI != nil ||
+		b.ownsProvisioner(pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]) ||
+		b.ownsProvisioner(pv.Annotations[storagehelpers.AnnMigratedTo]) {
+		return
+	}
+	b.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeFailedDelete, fmt.Sprintf(msgInTreeNotDeleted,
+		b.cfg.inTree, storagehelpers.AnnDynamicallyProvisioned, storagehelpers.AnnMigratedTo, b.driver))
 }

@@ -1,6 +1,7 @@
 package binder
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,6 +38,14 @@ func TestInTreeMigration(t *testing.T) {
 	annealed.Finalizers = []string{"example.com/other"}
 	staticFinalized := boundPV1.DeepCopy()
 	staticFinalized.Finalizers = []string{storagehelpers.PVDeletionInTreeProtectionFinalizer}
+	// boundPV1 once its claim is gone: Released, with reclaim policy
+	// Delete (the builder's default).
+	staticReleased := boundPV1.DeepCopy()
+	staticReleased.Status.Phase = corev1.VolumeReleased
+	migratedReleased := staticReleased.DeepCopy()
+	metav1.SetMetaDataAnnotation(&migratedReleased.ObjectMeta, storagehelpers.AnnMigratedTo, driver)
+	provisionedReleased := annealed.DeepCopy()
+	provisionedReleased.Status.Phase = corev1.VolumeReleased
 	runSyncCases(t, []syncCase{
 		{
 			name: "a claim of the in-tree class is handed to the driver", opts: migration,
@@ -73,6 +82,23 @@ func TestInTreeMigration(t *testing.T) {
 		},
 		{
 			name: "without migration the finalizer stays", objects: objs(gp2, boundC1, preMigration), sync: "pv/pv1",
+		},
+		{
+			// The provisioning library deletes an in-tree volume only
+			// when provisioned-by or migrated-to names the driver or the
+			// plugin: without a word, the Released volume would stay.
+			name: "a released static in-tree volume that nobody deletes gets a Warning", opts: migration,
+			objects: objs(gp2, boundPV1), sync: "pv/pv1",
+			volumes: []*corev1.PersistentVolume{staticReleased}, actions: []string{"get pvc/c1", "status pv/pv1"},
+			events: []string{"pv/pv1 Warning VolumeFailedDelete " + fmt.Sprintf(msgInTreeNotDeleted, inTreeEBS, annProvisionedBy, storagehelpers.AnnMigratedTo, driver)},
+		},
+		{
+			name: "a released static in-tree volume migrated to the driver is left to the provisioner", opts: migration,
+			objects: objs(gp2, migratedReleased), sync: "pv/pv1",
+		},
+		{
+			name: "a released volume the in-tree plugin provisioned is left to the provisioner", opts: migration,
+			objects: objs(gp2, provisionedReleased), sync: "pv/pv1",
 		},
 	})
 }

@@ -14,6 +14,7 @@ const (
 	reasonClaimMisbound              = "ClaimMisbound"
 	reasonVolumeFailedRecycle        = "VolumeFailedRecycle"
 	reasonVolumeUnknownReclaimPolicy = "VolumeUnknownReclaimPolicy"
+	reasonVolumeFailedDelete         = "VolumeFailedDelete"
 	// Ours: upstream has no such guard.
 	reasonVolumeStillInUse = "VolumeStillInUse"
 
@@ -37,6 +38,10 @@ const (
 	// Ours: upstream posts no event for a claim whose spec.volumeName names
 	// no volume (with msgCannotBindRequested).
 	msgRequestedVolumeMissing = "the volume does not exist"
+
+	// Ours: kube-controller-manager marks such a volume Failed
+	// (VolumeFailedDelete) with "error getting deleter volume plugin for volume ...".
+	msgInTreeNotDeleted = "Not deleting the volume: it is a static volume of the in-tree plugin %[1]s, which CSI migration replaced, and the provisioner deletes an in-tree volume only when its annotation %[2]s or %[3]s names %[1]s or %[4]s; annotate it %[3]s=%[4]s to have it deleted through %[4]s, or delete the volume and this PersistentVolume by hand"
 )
 
 // Annotations the binder reads or writes that component-helpers does not

@@ -192,7 +192,9 @@ func (b *Binder) volumeExistsInAPI(ctx context.Context, name string) (bool, erro
 //
 //   - Delete: nothing more; the provisioner deletes Released volumes of its
 //     driver (CSI DeleteVolume, then the PV object). The binder never calls
-//     the driver and never touches the PV's finalizers.
+//     the driver and never touches the PV's finalizers. A static in-tree
+//     volume of the migrated plugin that the provisioner does not delete
+//     gets a Warning saying so (see reportUndeletableInTree).
 //   - Retain: the volume stays Released until an administrator clears its
 //     claimRef (or only the UID in it).
 //   - Recycle: not supported for CSI volumes; phase Failed with a Warning.
@@ -205,7 +207,11 @@ func (b *Binder) release(ctx context.Context, pv *corev1.PersistentVolume) error
 		}
 	}
 	switch pv.Spec.PersistentVolumeReclaimPolicy {
-	case corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRetain:
+	case corev1.PersistentVolumeReclaimDelete:
+		klog.FromContext(ctx).V(4).Info("Volume is released", "policy", pv.Spec.PersistentVolumeReclaimPolicy)
+		b.reportUndeletableInTree(pv)
+		return nil
+	case corev1.PersistentVolumeReclaimRetain:
 		klog.FromContext(ctx).V(4).Info("Volume is released", "policy", pv.Spec.PersistentVolumeReclaimPolicy)
 		return nil
 	case corev1.PersistentVolumeReclaimRecycle:

@@ -98,3 +98,49 @@ func TestInTreeVolumeProvisionedBeforeMigration(t *testing.T) {
 	}
 	s.deleteAndWaitGone(claim.Name, pvName)
 }
+
+// TestStaticInTreeVolumeDelete: a static in-tree volume of the migrated
+// plugin (no pv.kubernetes.io/provisioned-by) with reclaim policy Delete.
+// Nobody deletes it once its claim goes: the in-tree plugin is gone, and
+// the provisioner deletes in-tree volumes only when provisioned-by or
+// pv.kubernetes.io/migrated-to names it (upstream's library check;
+// kube-controller-manager marks such a volume Failed, "error getting
+// deleter volume plugin"). The binder says so on the PV, and naming the
+// driver in migrated-to, as the event suggests, has the volume deleted
+// through the driver.
+func TestStaticInTreeVolumeDelete(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, driverName: "ebs.csi.aws.com"})
+	sc := testutil.NewSC(s.className+"-gp2", "kubernetes.io/aws-ebs").Obj()
+	testutil.CreateClass(t, s.c, sc)
+	id, err := s.driver.CreateVolume(t.Context(), "static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvName := s.ns + "-static"
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi").VolumeName(pvName))
+	pv := testutil.NewPV(pvName, "").Class(sc.Name).BoundTo(claim).RV("").Obj()
+	pv.Spec.CSI = nil
+	pv.Spec.AWSElasticBlockStore = &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: id}
+	created, err := s.c.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitBound(claim.Name)
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitClaimGone(claim.Name, "claim not deleted")
+	s.waitEvent(metav1.NamespaceDefault, string(created.UID), corev1.EventTypeWarning, "VolumeFailedDelete", storagehelpers.AnnMigratedTo+"="+s.driver.Name)
+	got, err := s.c.CoreV1().PersistentVolumes().Get(t.Context(), pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.VolumeReleased {
+		t.Errorf("PV phase %s, want Released", got.Status.Phase)
+	}
+	metav1.SetMetaDataAnnotation(&got.ObjectMeta, storagehelpers.AnnMigratedTo, s.driver.Name)
+	if _, err := s.c.CoreV1().PersistentVolumes().Update(t.Context(), got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(claim.Name, pvName)
+}
