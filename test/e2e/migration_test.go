@@ -144,3 +144,41 @@ func TestStaticInTreeVolumeDelete(t *testing.T) {
 	}
 	s.waitGone(claim.Name, pvName)
 }
+
+// TestInTreeMigrationPortworxSecrets: the hostpath driver under the name
+// pxd.portworx.com, the migration target of kubernetes.io/portworx-volume,
+// whose class names its secret in the plugin's own terms
+// (openstorage.io/auth-secret-name and -namespace). The translated class
+// makes it the provisioner secret (and the other CSI secrets): CreateVolume
+// carries it (the driver refuses calls without it), the in-tree
+// portworxVolume PV records it in the deletion-secret annotations, and
+// DeleteVolume carries it too.
+func TestInTreeMigrationPortworxSecrets(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, driverName: "pxd.portworx.com",
+		driverArgs: []string{"--require-create-secret=auth-token=px", "--require-delete-secret=auth-token=px"}})
+	if _, err := s.c.CoreV1().Secrets(s.ns).Create(t.Context(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "px-token"}, StringData: map[string]string{"auth-token": "px"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc := testutil.NewSC(s.className+"-px", "kubernetes.io/portworx-volume").Param("repl", "1").
+		Param("openstorage.io/auth-secret-name", "px-token").Param("openstorage.io/auth-secret-namespace", s.ns).Obj()
+	testutil.CreateClass(t, s.c, sc)
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi"))
+	_, pv := s.waitBound(claim.Name)
+	px := pv.Spec.PortworxVolume
+	if pv.Spec.CSI != nil || px == nil || px.VolumeID == "" {
+		t.Fatalf("PV source CSI %+v, portworxVolume %+v; want the in-tree source", pv.Spec.CSI, px)
+	}
+	for key, want := range map[string]string{
+		storagehelpers.AnnDynamicallyProvisioned:                     sc.Provisioner,
+		storagehelpers.AnnMigratedTo:                                 s.driver.Name,
+		"volume.kubernetes.io/provisioner-deletion-secret-name":      "px-token",
+		"volume.kubernetes.io/provisioner-deletion-secret-namespace": s.ns,
+	} {
+		if got := pv.Annotations[key]; got != want {
+			t.Errorf("PV annotation %s = %q, want %q", key, got, want)
+		}
+	}
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
