@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
@@ -24,6 +25,10 @@ import (
 //     volumeName, bind-completed, and the in-flight finalizer removed;
 //  4. claim status: phase Bound, access modes, capacity (only when the phase
 //     changes) and current volume attributes class.
+//
+// A claim being deleted is gone once its last finalizer is: write 3
+// removes the in-flight finalizer, or the provisioner's guard removed it
+// before. bind then stops without an error (see claimGone).
 //
 // The volume comes first because its claimRef is the reservation every
 // binder honours. bind stops at the first failed write and rolls nothing
@@ -52,13 +57,33 @@ func (b *Binder) bind(ctx context.Context, pv *corev1.PersistentVolume, claim *c
 	}
 
 	// 3. Claim spec and metadata.
+	deleting := claim.DeletionTimestamp != nil
 	if claim, err = b.bindClaimToVolume(ctx, claim, pv); err != nil {
-		return err
+		return claimGone(logger, deleting, pv, err)
+	}
+	if deleting && len(claim.Finalizers) == 0 {
+		// The write removed the last finalizer of a claim being deleted
+		// (deleted while its CreateVolume ran): the API server deleted it.
+		return claimGone(logger, deleting, pv, nil)
 	}
 
 	// 4. Claim status.
 	_, err = b.updateClaimStatus(ctx, claim, corev1.ClaimBound, pv)
-	return err
+	return claimGone(logger, deleting, pv, err)
+}
+
+// claimGone returns err of a write of a claim being deleted (deleting),
+// nil when err is nil or says that the claim is gone: its last finalizer
+// went (in the bind write, or the provisioner's guard removed the
+// in-flight finalizer first, as it does once the PV exists). Its volume is
+// then released like that of any claim that went; nothing is to be retried
+// or logged as an error.
+func claimGone(logger klog.Logger, deleting bool, pv *corev1.PersistentVolume, err error) error {
+	if !deleting || (err != nil && !apierrors.IsNotFound(err)) {
+		return err
+	}
+	logger.V(2).Info("Claim deleted once its volume was provisioned", "pv", klog.KObj(pv))
+	return nil
 }
 
 // bindClaimToVolume is step 3 of bind.

@@ -178,3 +178,53 @@ func TestReserveRechecksUnderTheLock(t *testing.T) {
 		t.Errorf("reserve made calls %q, want none", got)
 	}
 }
+
+// TestBindDeletedClaimGoesWithItsFinalizer: a claim deleted while its
+// CreateVolume ran keeps only the in-flight finalizer; once its volume is
+// provisioned, the bind write that removes that finalizer lets the API
+// server delete the claim, or the provisioner's guard removed it first and
+// the claim is gone before the bind write. The binder used to write the
+// claim (status) anyway, which failed "not found" and was logged as an
+// error ("Sync failed, will retry") for every such claim. The volume is
+// then Released as for any claim that went.
+func TestBindDeletedClaimGoesWithItsFinalizer(t *testing.T) {
+	deleting := handedOver(claimB("c1").Class("fast").Deleted().Obj(), true)
+	pv := volumeB("pv1").Class("fast").BoundTo(deleting).Annotation(annProvisionedBy, driver).
+		Finalizers(pvFinalizer).Phase(corev1.VolumePending).Obj()
+	tests := []struct {
+		name string
+		// guarded: the guard removed the finalizer; the informer has not
+		// seen the claim go.
+		guarded bool
+		actions []string
+	}{
+		{name: "the bind write removes the last finalizer", actions: []string{"status pv/pv1", "update pvc/c1"}},
+		{name: "the guard removed it first", guarded: true, actions: []string{"status pv/pv1", "update pvc/c1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, objs(classFast(), deleting, pv))
+			if tt.guarded {
+				if err := f.client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), ns, "c1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.runSync("pvc/c1"); err != nil {
+				t.Errorf("sync of the claim: %v", err)
+			}
+			if diff := cmp.Diff(tt.actions, f.actions()); diff != "" {
+				t.Errorf("actions (-want +got):\n%s", diff)
+			}
+			if got := f.claims(); len(got) != 0 {
+				t.Fatalf("claims in the API: %d, want none (its last finalizer was removed)", len(got))
+			}
+			f.loadInformers()
+			if _, err := f.runSync("pv/pv1"); err != nil {
+				t.Fatalf("sync of the volume: %v", err)
+			}
+			if got := f.volume("pv1").Status.Phase; got != corev1.VolumeReleased {
+				t.Errorf("volume phase %q, want Released", got)
+			}
+		})
+	}
+}

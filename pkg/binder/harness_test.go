@@ -67,7 +67,9 @@ func classOther() *storagev1.StorageClass { return testutil.NewSC("other", other
 // binder depends on it: updates are rejected with a conflict when their
 // resourceVersion is stale, every write gets a new resourceVersion, an update
 // of the main resource keeps the stored status and an update of the status
-// subresource keeps everything else. It can also fail chosen writes.
+// subresource keeps everything else, and an update that removes the last
+// finalizer of an object being deleted deletes it. It can also fail chosen
+// writes.
 type apiServer struct {
 	tracker k8stesting.ObjectTracker
 
@@ -148,6 +150,14 @@ func (s *apiServer) update(action k8stesting.Action) (bool, runtime.Object, erro
 	s.rv++
 	nm, _ := meta.Accessor(next)
 	nm.SetResourceVersion(strconv.FormatInt(s.rv, 10))
+	if !status && nm.GetDeletionTimestamp() != nil && len(nm.GetFinalizers()) == 0 {
+		// The API server deletes an object being deleted once an update
+		// removes its last finalizer, and answers with the object.
+		if err := s.tracker.Delete(gvr, namespace, nm.GetName()); err != nil {
+			return true, nil, err
+		}
+		return true, next.DeepCopyObject(), nil
+	}
 	if err := s.tracker.Update(gvr, next, namespace); err != nil {
 		return true, nil, err
 	}
