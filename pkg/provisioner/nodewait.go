@@ -31,6 +31,15 @@ const untakenEventSuffix = ".no-node-takes-it"
 // that merely went to another node.
 const untakenGraceFactor = 1.5
 
+// untakenRetryBase is how long a node waits before it posts again an
+// untaken-claim event whose post failed (the API server down or
+// answering 5xx); the wait doubles with each further failure up to
+// untakenRetryMax.
+const (
+	untakenRetryBase = 5 * time.Second
+	untakenRetryMax  = 5 * time.Minute
+)
+
 // untaken remembers the claims (by UID) this node declined and explained,
 // or will: so that it explains each once, and so that it can try again the
 // claims it declined for capacity when a volume of this node is deleted.
@@ -47,8 +56,11 @@ type untakenClaim struct {
 	// time; nil for a claim declined for another reason.
 	decline *capacityDecline
 	// explained is when this node last posted or renewed the claim's
-	// event; zero before.
+	// event, or tried to; zero before.
 	explained time.Time
+	// retrying is set while a goroutine posts again the claim's event
+	// after a failed post (retryUntaken).
+	retrying bool
 }
 
 // add records the claim, with why this node declined it for capacity (nil
@@ -95,6 +107,31 @@ func (u *untaken) explain(uid types.UID, now time.Time, due func(last time.Time)
 	c.explained = now
 	u.claims[uid] = c
 	return true
+}
+
+// startRetry reports whether no goroutine is posting the claim's event
+// again yet, and if so records that one does.
+func (u *untaken) startRetry(uid types.UID) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c, ok := u.claims[uid]
+	if !ok || c.retrying {
+		return false
+	}
+	c.retrying = true
+	u.claims[uid] = c
+	return true
+}
+
+// endRetry records that the goroutine posting the claim's event again has
+// stopped.
+func (u *untaken) endRetry(uid types.UID) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if c, ok := u.claims[uid]; ok {
+		c.retrying = false
+		u.claims[uid] = c
+	}
 }
 
 func (u *untaken) forget(uid types.UID) {
@@ -187,7 +224,7 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 	message := fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason)
 	if !p.node.untaken.add(claim, &decline) {
 		if p.node.untaken.renewal(claim.UID, p.cfg.clock.Now()) {
-			p.postUntaken(ctx, claim, message)
+			p.explainUntaken(ctx, claim, message)
 		}
 		return
 	}
@@ -209,7 +246,7 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 			return
 		}
 		if p.node.untaken.firstExplanation(cur.UID, p.cfg.clock.Now()) {
-			p.postUntaken(ctx, cur, message)
+			p.explainUntaken(ctx, cur, message)
 		}
 	}()
 }
@@ -221,7 +258,45 @@ func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.Per
 	now := p.cfg.clock.Now()
 	p.node.untaken.add(claim, nil)
 	if p.node.untaken.firstExplanation(claim.UID, now) || p.node.untaken.renewal(claim.UID, now) {
-		p.postUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))
+		p.explainUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))
+	}
+}
+
+// explainUntaken posts the claim's untaken-claim event (postUntaken). If
+// the post fails, a goroutine posts it again (retryUntaken), so that the
+// claim does not stay Pending unexplained until the renewal, and the
+// caller (a library worker) does not wait for the API server to come
+// back.
+func (p *Provisioner) explainUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
+	if err := p.postUntaken(ctx, claim, message); err == nil || !p.node.untaken.startRetry(claim.UID) {
+		return
+	}
+	// As the grace period's wait: not ended with the library's sync.
+	go p.retryUntaken(context.WithoutCancel(ctx), claim, message)
+}
+
+// retryUntaken posts the claim's event again after a failed post: after
+// untakenRetryBase, then twice as long each time up to untakenRetryMax,
+// until a post succeeds, the claim is taken, bound or gone (or this node
+// forgot it), or events.RefreshInterval has passed since the failed post:
+// then the renewal, at the claim's next decline, takes over.
+func (p *Provisioner) retryUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
+	defer p.node.untaken.endRetry(claim.UID)
+	clk := p.cfg.clock
+	giveUp := clk.Now().Add(events.RefreshInterval)
+	for delay := untakenRetryBase; ; delay = min(2*delay, untakenRetryMax) {
+		if !clk.Now().Add(delay).Before(giveUp) {
+			return
+		}
+		timer := clk.NewTimer(delay)
+		<-timer.C()
+		cur, err := p.unowned(claim)
+		if err != nil || selectedNodeName(cur) == p.node.NodeName || !p.node.untaken.has(cur.UID) {
+			return
+		}
+		if p.postUntaken(ctx, cur, message) == nil {
+			return
+		}
 	}
 }
 
@@ -229,8 +304,10 @@ func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.Per
 // ProvisioningFailed from this node). If another node (or this one before a
 // restart) created it, it renews it when its last time is
 // events.RefreshInterval old: count + 1, the time, this node's message;
-// otherwise that node's explanation stands.
-func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
+// otherwise that node's explanation stands. It returns the error of a
+// write that failed (logged); a write that another node's made needless is
+// no error.
+func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) error {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	now := metav1.NewTime(p.cfg.clock.Now())
 	name := string(claim.UID) + untakenEventSuffix
@@ -253,7 +330,7 @@ func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentV
 		if cur, err = getEvent(ctx, client, name); err == nil {
 			if now.Sub(cur.LastTimestamp.Time) < events.RefreshInterval {
 				logger.V(4).Info("Another node already explained why no node takes the claim", "node", cur.Source.Host)
-				return
+				return nil
 			}
 			cur.Count++
 			cur.LastTimestamp, cur.Message, cur.Source = now, message, source
@@ -261,14 +338,15 @@ func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentV
 		}
 		if apierrors.IsConflict(err) {
 			logger.V(4).Info("Another node renewed the explanation of the claim at the same time")
-			return
+			return nil
 		}
 	}
 	if err != nil {
 		logger.Error(err, "Could not post the event that explains why no node takes the claim", "message", message)
-		return
+		return fmt.Errorf("post event %s for claim %s: %w", name, klog.KObj(claim), err)
 	}
 	logger.V(2).Info("No node takes the claim", "reason", message)
+	return nil
 }
 
 // getEvent reads the event name with a list by name: upstream's ClusterRole

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -336,4 +337,112 @@ func TestRequeueFreedCapacity(t *testing.T) {
 			return slices.Equal(lib.names(), []string{"short"}), nil
 		})
 	})
+}
+
+// TestNodeDeploymentExplainUntakenRetried: a post of the untaken-claim
+// event that fails (API server down, 5xx) is tried again in the background,
+// after untakenRetryBase and then twice as long each time, until it
+// succeeds; otherwise the claim would stay Pending unexplained until the
+// renewal, events.RefreshInterval later. A claim that another node takes
+// meanwhile is not explained.
+func TestNodeDeploymentExplainUntakenRetried(t *testing.T) {
+	const (
+		baseDelay = 10 * time.Second
+		maxDelay  = 20 * time.Second
+		grace     = 30 * time.Second
+	)
+	tests := []struct {
+		name         string
+		immediateOff bool
+		failures     int // event creates that fail with 500
+		// takenMeanwhile: another node takes the claim after the first
+		// failed post.
+		takenMeanwhile bool
+	}{
+		{name: "immediate binding off, one failure", immediateOff: true, failures: 1},
+		{name: "immediate binding off, three failures", immediateOff: true, failures: 3},
+		{name: "capacity decline, one failure", failures: 1},
+		{name: "capacity decline, two failures", failures: 2},
+		{name: "immediate binding off, taken meanwhile", immediateOff: true, failures: 1, takenMeanwhile: true},
+		{name: "capacity decline, taken meanwhile", failures: 1, takenMeanwhile: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			nd := testNodeDeployment(func(nd *NodeDeployment) {
+				nd.BaseDelay, nd.MaxDelay, nd.ImmediateBinding = baseDelay, maxDelay, !tt.immediateOff
+			})
+			nd.GetCapacity = (&fakeCapacity{resp: &csi.GetCapacityResponse{AvailableCapacity: gi - 1}}).get
+			claim := newClaim("c").Obj()
+			h := newHarness(t, topologyCaps(), append(cluster(), claim, newClass().Obj()), WithNodeDeployment(nd), WithClock(clk))
+			var mu sync.Mutex
+			creates := 0
+			h.client.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				creates++
+				if creates <= tt.failures {
+					return true, nil, apierrors.NewInternalError(errors.New("etcd unavailable"))
+				}
+				return false, nil, nil
+			})
+			createsSoFar := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return creates
+			}
+			res := make(chan provisionResult, 1)
+			go func() {
+				if h.p.ShouldProvision(h.ctx, claim) {
+					res <- provisionResult{err: errors.New("ShouldProvision = true")}
+				}
+				res <- provisionResult{}
+			}()
+			if got := drive(t, clk, res, func() {}, 2*maxDelay, 1); got.err != nil {
+				t.Fatal(got.err)
+			}
+			if !tt.immediateOff {
+				clk.Step(grace)
+			}
+			testutil.Eventually(t, 0, "the first post fails", func(context.Context) (bool, error) {
+				return createsSoFar() == 1, nil
+			})
+			// Each failure is followed by a retry, twice as late each time.
+			delay := untakenRetryBase
+			for i := 2; i <= tt.failures+1; i++ {
+				testutil.Eventually(t, 10*time.Second, "a retry waits", func(context.Context) (bool, error) { return clk.HasWaiters(), nil })
+				if tt.takenMeanwhile {
+					h.selectNode(t, "c", "n1")
+					clk.Step(delay)
+					// The retry finds the claim taken and forgets it.
+					testutil.Eventually(t, 0, "the retry's check", func(context.Context) (bool, error) {
+						return !h.p.node.untaken.has(claim.UID), nil
+					})
+					break
+				}
+				clk.Step(delay)
+				delay *= 2
+				testutil.Eventually(t, 0, "the retry", func(context.Context) (bool, error) {
+					return createsSoFar() == i, nil
+				})
+			}
+			list, err := h.client.CoreV1().Events(testNS).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.takenMeanwhile {
+				if c := createsSoFar(); len(list.Items) != 0 || c != 1 || clk.HasWaiters() {
+					t.Errorf("events %v after %d creates, waiting %v; want none after the failed one, not waiting: another node took the claim", list.Items, c, clk.HasWaiters())
+				}
+				return
+			}
+			want := "uid-c" + untakenEventSuffix
+			if len(list.Items) != 1 || list.Items[0].Name != want || list.Items[0].Source.Host != thisNode || list.Items[0].Count != 1 {
+				t.Errorf("events = %v, want only %s from %s, count 1", list.Items, want, thisNode)
+			}
+			if clk.HasWaiters() {
+				t.Error("still retrying after the post succeeded")
+			}
+		})
+	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,13 +246,18 @@ func (e *env) waitPVsGone(names ...string) {
 // sidecar's flags.
 func (e *env) startNodeStack(node string, extraArgs ...string) *stack {
 	e.t.Helper()
-	return e.startStackWith(stackConfig{
+	return e.startStackWith(e.nodeStackConfig(node, extraArgs...))
+}
+
+// nodeStackConfig is the stack that startNodeStack starts.
+func (e *env) nodeStackConfig(node string, extraArgs ...string) stackConfig {
+	return stackConfig{
 		driver: e2e.DriverConfig{Topology: true, NodeID: node, Args: []string{"--capacity=10Gi"}},
 		sidecarArgs: append([]string{"-v=4", "--node-deployment", "--node-deployment-base-delay=50ms", "--node-deployment-max-delay=400ms",
 			"--retry-interval-start=200ms", "--retry-interval-max=2s",
 			"--enable-capacity", "--capacity-ownerref-level=-1", "--capacity-poll-interval=1h"}, extraArgs...),
 		sidecarEnv: []string{"NODE_NAME=" + node, "NAMESPACE=" + e.ns},
-	})
+	}
 }
 
 // affinityNodes returns the values of the driver's topology key in the
@@ -480,4 +488,54 @@ func TestNodeDeploymentNoTopologyDeletes(t *testing.T) {
 		return false, err
 	})
 	s.waitVolumeIDs()
+}
+
+// TestNodeDeploymentExplainUntakenRetried: the event that explains an
+// Immediate claim no node takes is posted even when kube-apiserver fails
+// its first create. The sidecar (--node-deployment-immediate-binding=false)
+// reaches kube-apiserver through a proxy that answers every event create
+// with 503 until the sidecar has logged the failed post; the explanation
+// must then appear within the retry's few seconds, not at the renewal half
+// an hour later, and only once.
+func TestNodeDeploymentExplainUntakenRetried(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	var failEvents atomic.Bool
+	failEvents.Store(true)
+	_, kubeconfig := startFaultProxy(t, cp, 1, func(r *http.Request, watch bool, _ *rand.Rand) fault {
+		if !watch && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events") && failEvents.Load() {
+			return fault503
+		}
+		return faultNone
+	})
+	node := e.name("node")
+	cfg := e.nodeStackConfig(node, "--node-deployment-immediate-binding=false")
+	cfg.kubeconfig = kubeconfig
+	s := e.startStackWith(cfg)
+	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver))
+
+	claim := e.createClaim(testutil.NewPVC(e.ns, "immediate").Class(imm.Name))
+	if err := s.sidecar.WaitLog(t.Context(), "Could not post the event that explains why no node takes the claim"); err != nil {
+		t.Fatal(err)
+	}
+	failEvents.Store(false)
+	var ev *corev1.Event
+	testutil.Eventually(t, time.Minute, "the event that explains claim immediate, posted again", func(ctx context.Context) (bool, error) {
+		var err error
+		ev, err = e.c.CoreV1().Events(e.ns).Get(ctx, string(claim.UID)+".no-node-takes-it", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if ev.Source.Host != node || ev.Type != corev1.EventTypeWarning || ev.Reason != "ProvisioningFailed" || ev.Count != 1 ||
+		!strings.HasPrefix(ev.Message, "no node takes this claim: its storageclass") {
+		t.Errorf("event %s: %s %s %q from %q, count %d; want Warning ProvisioningFailed \"no node takes this claim...\" from %s, count 1",
+			ev.Name, ev.Type, ev.Reason, ev.Message, ev.Source.Host, ev.Count, node)
+	}
+	if err := s.sidecar.WaitLog(t.Context(), "No node takes the claim"); err != nil {
+		t.Error(err)
+	}
 }
