@@ -119,8 +119,10 @@
 //     NodeGetInfo, not informers, so no sidecar watches every Node.
 //   - A claim whose volume.kubernetes.io/selected-node names this node is
 //     provisioned here; one naming another node is left to that node,
-//     silently (not an error). A claim with delayed binding waits for the
-//     scheduler to select a node.
+//     silently (not an error), also when that node is gone for good: no
+//     node can tell that its sidecar will not send CreateVolume any more,
+//     so an administrator releases such a claim (see the README). A claim
+//     with delayed binding waits for the scheduler to select a node.
 //   - A claim with Immediate binding and no selected node is taken, when
 //     ImmediateBinding is on, by the first node that sets selected-node to
 //     itself, among the nodes that the class's allowedTopologies allow

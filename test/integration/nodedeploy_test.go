@@ -539,3 +539,38 @@ func TestNodeDeploymentExplainUntakenRetried(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNodeDeploymentLostNodeClaim checks the README's recovery of a claim
+// taken by a node that is gone for good: an Immediate claim whose
+// selected-node names a node without a sidecar (no Node, no CSINode) is
+// left alone by the live node (it logs why) and stays Pending, taken by
+// nobody else; once an administrator removes the annotation, the live node
+// takes it and provisions it.
+func TestNodeDeploymentLostNodeClaim(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	e := newEnv(t, cp)
+	node, lost := e.name("node"), e.name("lost")
+	s := e.startNodeStack(node)
+	imm := e.createClass(testutil.NewSC(e.name("immediate"), e.driver))
+
+	claim := e.createClaim(testutil.NewPVC(e.ns, "stranded").Class(imm.Name).Annotation(selectedNodeAnn, lost))
+	if err := s.sidecar.WaitLog(t.Context(), `"Not provisioning a claim selected for another node" pvc="`+e.ns+`/stranded" selectedNode="`+lost+`"`); err != nil {
+		t.Fatal(err)
+	}
+	got := e.getClaim(claim.Name)
+	if got.Spec.VolumeName != "" || got.Annotations[selectedNodeAnn] != lost {
+		t.Errorf("claim of the lost node: volume %q, selected-node %q; want none, %s", got.Spec.VolumeName, got.Annotations[selectedNodeAnn], lost)
+	}
+
+	if _, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Patch(t.Context(), claim.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+selectedNodeAnn+`":null}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := e.waitClaim(claim.Name, "Bound", isBound)
+	if bound.Annotations[selectedNodeAnn] != node {
+		t.Errorf("released claim: selected-node %q, want %s", bound.Annotations[selectedNodeAnn], node)
+	}
+	s.waitVolumeIDs(e.getPV(bound.Spec.VolumeName).Spec.CSI.VolumeHandle)
+}
