@@ -12,10 +12,11 @@ import (
 // otherProgramsFlags are the flags the pages' prose names that belong to
 // other programs or to the flag package.
 var otherProgramsFlags = map[string]bool{
-	"event-ttl":      true, // kube-apiserver
-	"runtime-config": true, // kube-apiserver
-	"strict":         true, // helm lint (make chart)
-	"help":           true, // the flag package's own
+	"event-ttl":        true, // kube-apiserver
+	"runtime-config":   true, // kube-apiserver
+	"strict":           true, // helm lint (make chart)
+	"help":             true, // the flag package's own
+	"resource-version": true, // kubectl annotate
 }
 
 // readmeFlagRow is one row of a flag table of README.md: the flags of its

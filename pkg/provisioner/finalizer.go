@@ -24,11 +24,19 @@ const maxFinalizerAttempts = 3
 // added and no CreateVolume may start.
 var errClaimGone = errors.New("the claim is gone or being deleted")
 
+// errNotSelected says, in node deployment, that the claim is no longer
+// selected for this node (an administrator or the library removed
+// selected-node, or another node took the claim since), so this node must
+// not add the in-flight finalizer nor send CreateVolume.
+var errNotSelected = errors.New("the claim is no longer selected for this node")
+
 // addInflight persists the in-flight finalizer on claim with a live update
 // of a copy, unless the claim already carries it. On a conflict it reads the
 // claim again and stops if the live claim already has the finalizer. It
 // returns errClaimGone when the finalizer cannot be added because the claim
-// is gone or being deleted (the API server refuses new finalizers then).
+// is gone or being deleted (the API server refuses new finalizers then),
+// and in node deployment errNotSelected when the live claim read after a
+// conflict is no longer selected for this node.
 func (p *Provisioner) addInflight(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
 	return p.changeInflight(ctx, claim, true)
 }
@@ -79,6 +87,9 @@ func (p *Provisioner) changeInflight(ctx context.Context, claim *corev1.Persiste
 			return fmt.Errorf("get claim %s: %w", klog.KObj(claim), getErr)
 		case live.UID != claim.UID:
 			return gone(add)
+		case add && p.node != nil && selectedNodeName(live) != p.node.NodeName:
+			logger.V(2).Info("Not adding the in-flight finalizer: the claim is no longer selected for this node", "pvc", klog.KObj(claim), "selectedNode", selectedNodeName(live))
+			return errNotSelected
 		case !add && p.node != nil && !p.nodeGuards(live):
 			// Node deployment: the claim changed hands meanwhile (another
 			// node selected itself); its finalizer is that node's now.

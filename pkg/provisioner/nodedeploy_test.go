@@ -455,6 +455,35 @@ func TestNodeDeploymentGuard(t *testing.T) {
 		}
 	})
 
+	// The claim leaves this node between its read and the update that adds
+	// the finalizer before CreateVolume (an administrator released it, or
+	// another node took it once released): the retry after the conflict
+	// must not add the finalizer to a claim this node no longer owns, or
+	// this node would send CreateVolume while another node takes the claim
+	// and creates a second volume.
+	for _, selected := range []string{"", "n1"} {
+		t.Run("addition races the claim's release/selected="+selected, func(t *testing.T) {
+			mine := selectedFor("c", thisNode).Obj()
+			live := selectedFor("c", selected).Obj()
+			h := newHarness(t, baseCaps(), objs(newClass().Obj(), live), withNode())
+			conflicts := 0
+			h.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if conflicts > 0 {
+					return false, nil, nil
+				}
+				conflicts++
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c", errors.New("annotation removed"))
+			})
+			err := h.p.addInflight(h.ctx, mine)
+			if !errors.Is(err, errNotSelected) {
+				t.Errorf("addInflight = %v, want errNotSelected", err)
+			}
+			if got := h.liveClaim(live); inflight.Has(got) {
+				t.Errorf("this node added the in-flight finalizer to a claim selected for %q", selected)
+			}
+		})
+	}
+
 	t.Run("sync", func(t *testing.T) {
 		clean := func(l *ledger) { l.observeClean("uid-c") }
 		final := func(l *ledger) { l.final("uid-c") }

@@ -140,6 +140,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		if errors.Is(err, errClaimGone) {
 			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: msgClaimDeletingNoInflight}
 		}
+		if errors.Is(err, errNotSelected) {
+			return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: fmt.Sprintf("the claim is no longer selected for node %s", p.node.NodeName)}
+		}
 		return nil, controller.ProvisioningNoChange, fmt.Errorf("add finalizer %s before CreateVolume: %w", inflight.Finalizer, err)
 	}
 	if !p.attempts.begin(claim.UID) {

@@ -564,8 +564,13 @@ func TestNodeDeploymentLostNodeClaim(t *testing.T) {
 		t.Errorf("claim of the lost node: volume %q, selected-node %q; want none, %s", got.Spec.VolumeName, got.Annotations[selectedNodeAnn], lost)
 	}
 
+	// As the README says: guarded by the resourceVersion of the read that
+	// showed no in-flight finalizer.
+	if inflight := "csi-provisioner.kube-storage.io/provisioning"; slices.Contains(got.Finalizers, inflight) {
+		t.Fatalf("claim of the lost node has finalizer %s", inflight)
+	}
 	if _, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Patch(t.Context(), claim.Name, types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+selectedNodeAnn+`":null}}}`), metav1.PatchOptions{}); err != nil {
+		[]byte(`{"metadata":{"resourceVersion":"`+got.ResourceVersion+`","annotations":{"`+selectedNodeAnn+`":null}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bound := e.waitClaim(claim.Name, "Bound", isBound)
