@@ -49,6 +49,11 @@ func TestAPIServerOutageLeaderElection(t *testing.T) {
 }
 
 func testAPIServerOutage(t *testing.T, leaderElection bool) {
+	// Each variant has a control plane of its own and spends most of its
+	// minute waiting out the outage and the retries after it: the two run
+	// side by side (after the package's other tests) instead of one after
+	// the other.
+	t.Parallel()
 	const newClaims, oldClaims, outage = 6, 4, 15 * time.Second
 	cp := controlplane.StartForTest(t, controlplane.Config{})
 	e := newEnv(t, cp)
