@@ -2,14 +2,19 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"syscall"
+	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
@@ -72,4 +77,46 @@ func (s *stack) checkOnDriverNode(pv *corev1.PersistentVolume) {
 	if len(exprs) != 1 || exprs[0].Key != e2e.TopologyKey || !slices.Equal(exprs[0].Values, []string{s.driver.NodeID}) {
 		s.t.Errorf("node affinity expressions = %+v, want %s in [%s]", exprs, e2e.TopologyKey, s.driver.NodeID)
 	}
+}
+
+// generatedNamespace creates a namespace named prefix plus a random suffix
+// and returns its name.
+func generatedNamespace(t *testing.T, c kubernetes.Interface, prefix string) string {
+	t.Helper()
+	ns, err := c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// startSidecarFor starts the sidecar against a driver that the test serves
+// from its own process on socket, and waits until it provisions. When t
+// ends it stops the sidecar and checks its log ([e2e.CheckLog]); the caller
+// registers the driver's stop before calling it, so that the sidecar stops
+// first (it exits when it loses its driver).
+func startSidecarFor(t *testing.T, cp *controlplane.ControlPlane, socket string, args ...string) *e2e.Sidecar {
+	t.Helper()
+	bins, err := e2e.Build(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(filepath.Dir(socket), "sidecar.log")
+	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: cp.KubeconfigPath, Socket: socket, LogPath: logPath, Args: args,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = sidecar.Stop(10 * time.Second)
+		e2e.CheckLog(t, sidecar.LogPath)
+		if t.Failed() {
+			t.Logf("sidecar log:\n%s", controlplane.TailFile(sidecar.LogPath, 60))
+		}
+	})
+	if err := sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
+		t.Fatal(err)
+	}
+	return sidecar
 }

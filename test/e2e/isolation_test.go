@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
-	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -46,18 +45,9 @@ func TestBrokenClassIsolation(t *testing.T) {
 		timeout = 2 * time.Second
 	)
 	cp := controlplane.Need(t, shared)
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, c := t.Context(), cp.Client()
-	created, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "isolation-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := created.Name
-	dir := t.TempDir()
-	socket := filepath.Join(dir, "csi.sock")
+	ns := generatedNamespace(t, c, "isolation-")
+	socket := filepath.Join(t.TempDir(), "csi.sock")
 	d := &poolDriver{name: ns + ".pool.csi.kube-storage.io", volumes: map[string]bool{}}
 	d.down.Store(true)
 	lis, err := net.Listen("unix", socket)
@@ -70,25 +60,9 @@ func TestBrokenClassIsolation(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
-		Kubeconfig: cp.KubeconfigPath, Socket: socket, LogPath: filepath.Join(dir, "sidecar.log"),
-		Args: []string{"-v=2", fmt.Sprintf("--worker-threads=%d", workers), "--timeout=" + timeout.String(),
-			"--retry-interval-start=500ms", "--retry-interval-max=4s"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after srv.Stop, so it runs before it.
-	t.Cleanup(func() {
-		_ = sidecar.Stop(10 * time.Second)
-		e2e.CheckLog(t, sidecar.LogPath)
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", controlplane.TailFile(sidecar.LogPath, 60))
-		}
-	})
-	if err := sidecar.WaitLog(ctx, "Started provisioner controller"); err != nil {
-		t.Fatal(err)
-	}
+	// Registered after srv.Stop, so the sidecar stops first.
+	sidecar := startSidecarFor(t, cp, socket, "-v=2", fmt.Sprintf("--worker-threads=%d", workers), "--timeout="+timeout.String(),
+		"--retry-interval-start=500ms", "--retry-interval-max=4s")
 	bad := testutil.CreateClass(t, c, testutil.NewSC(ns+"-down", d.name).Param("pool", "down").Obj())
 	good := testutil.CreateClass(t, c, testutil.NewSC(ns+"-up", d.name).Param("pool", "up").Obj())
 	claims := c.CoreV1().PersistentVolumeClaims(ns)

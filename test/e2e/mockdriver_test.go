@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/driver"
@@ -21,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
-	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -34,20 +32,11 @@ import (
 // sees of it.
 func TestMockDriver(t *testing.T) {
 	cp := controlplane.Need(t, shared)
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := cp.Client()
-	created, err := c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mock-driver-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := created.Name
+	ns := generatedNamespace(t, c, "mock-driver-")
 	s := &stack{t: t, cp: cp, c: c, ns: ns}
 	driverName := ns + ".mock.csi.kube-storage.io"
-	dir := t.TempDir()
-	socket := filepath.Join(dir, "csi.sock")
+	socket := filepath.Join(t.TempDir(), "csi.sock")
 
 	ctrl := gomock.NewController(mockReporter{t})
 	identity := driver.NewMockIdentityServer(ctrl)
@@ -112,29 +101,12 @@ func TestMockDriver(t *testing.T) {
 		t.Fatalf("start csi-test's mock driver on %s: %v", socket, err)
 	}
 	t.Cleanup(srv.Stop)
-	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
-		Kubeconfig: cp.KubeconfigPath, Socket: socket, LogPath: filepath.Join(dir, "sidecar.log"),
-		Args: []string{"-v=4", "--retry-interval-start=200ms"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after srv.Stop, so it runs before it: the sidecar would
-	// exit on losing its driver.
-	t.Cleanup(func() {
-		_ = sidecar.Stop(10 * time.Second)
-		e2e.CheckLog(t, sidecar.LogPath)
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", controlplane.TailFile(sidecar.LogPath, 60))
-		}
-	})
-	if err := sidecar.WaitLog(t.Context(), "Started provisioner controller"); err != nil {
-		t.Fatal(err)
-	}
+	// Registered after srv.Stop, so the sidecar stops first.
+	startSidecarFor(t, cp, socket, "-v=4", "--retry-interval-start=200ms")
 
 	sc := testutil.CreateClass(t, c, testutil.NewSC(ns, driverName).Param("pool", "a").Obj())
 	pvc := testutil.NewPVC(ns, "data").Class(sc.Name).Size("1Gi").RV("").Obj()
-	pvc, err = c.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), pvc, metav1.CreateOptions{})
+	pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), pvc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
