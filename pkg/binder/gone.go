@@ -4,8 +4,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/kube-storage/csi-provisioner/internal/expiring"
 )
 
 // goneClaimTTL is how long a claim is remembered as gone. Past it, the
@@ -13,8 +14,8 @@ import (
 // claim again.
 const goneClaimTTL = time.Hour
 
-// goneClaims remembers the UIDs of claims that are not in the cache, for
-// the volumes named after them (see WithUIDNamedVolumes).
+// newGoneClaims returns the record of the UIDs of claims that are not in
+// the cache, for the volumes named after them (see WithUIDNamedVolumes).
 //
 // Why: such a claim has no entry in the claim-by-volume index, so
 // otherClaimBoundTo can find it, when the volume's claimRef does not name
@@ -24,23 +25,7 @@ const goneClaimTTL = time.Hour
 // each Released volume with policy Retain at every resync. A claim is
 // recorded when the binder sees its deletion or when a walk does not find
 // it, and forgotten when a claim with its UID is added to the cache (an
-// informer that lagged). It is safe for concurrent use.
-type goneClaims struct {
-	uids *utilcache.Expiring
-}
-
-func newGoneClaims(clk clock.Clock) *goneClaims {
-	return &goneClaims{uids: utilcache.NewExpiringWithClock(clk)}
-}
-
-// add records that no claim with uid is cached.
-func (g *goneClaims) add(uid types.UID) { g.uids.Set(uid, struct{}{}, goneClaimTTL) }
-
-// forget undoes add: a claim with uid was cached.
-func (g *goneClaims) forget(uid types.UID) { g.uids.Delete(uid) }
-
-// has reports whether no claim with uid was cached when last looked for.
-func (g *goneClaims) has(uid types.UID) bool {
-	_, ok := g.uids.Get(uid)
-	return ok
+// informer that lagged).
+func newGoneClaims(clk clock.Clock) *expiring.Set[types.UID] {
+	return expiring.NewSet[types.UID](clk, goneClaimTTL)
 }

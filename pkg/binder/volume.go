@@ -106,9 +106,9 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 	// name holds. That is the claimRef's claim, unless the claimRef was
 	// edited or the volume restored under its old name; only then look
 	// for it, through every cached claim.
-	// A claim known to be gone (see goneClaims) spares that walk.
+	// A claim known to be gone (see newGoneClaims) spares that walk.
 	uid, named := b.volumes.UIDOf(pv.Name)
-	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) || b.gone.has(uid) {
+	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) || b.gone.Has(uid) {
 		return nil
 	}
 	cached := false
@@ -123,7 +123,7 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 		}
 	}
 	if !cached {
-		b.gone.add(uid)
+		b.gone.Add(uid)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ import (
 //   - Once DeleteVolume succeeded for a PV, Delete of that PV (same UID
 //     and handle) succeeds without calling it again for deletedVolumeTTL:
 //     the library calls Delete again when it could not delete the PV
-//     object afterwards (see deletedVolumes).
+//     object afterwards (see deletedVolume).
 func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	return stopped(ctx, "deleting", p.delete(ctx, pv))
 }
@@ -73,7 +73,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	}
 	logger := klog.FromContext(ctx).WithValues("pv", klog.KObj(pv), "volumeID", source.VolumeHandle)
 	ctx = klog.NewContext(ctx, logger)
-	if p.deleted.has(pv.UID, source.VolumeHandle) {
+	if p.deleted.Has(deletedVolume{uid: pv.UID, handle: source.VolumeHandle}) {
 		// The library's retry after it could not delete the PV object.
 		logger.V(2).Info("Volume already deleted by this process; not calling DeleteVolume again")
 		return nil
@@ -101,7 +101,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	err = p.driver.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: source.VolumeHandle, Secrets: secrets})
 	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))
 	if err == nil {
-		p.deleted.add(pv.UID, source.VolumeHandle)
+		p.deleted.Add(deletedVolume{uid: pv.UID, handle: source.VolumeHandle})
 	}
 	if err != nil && unread != nil {
 		// The driver's answer alone (often "unauthenticated") would hide

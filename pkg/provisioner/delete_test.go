@@ -326,18 +326,18 @@ func TestShouldDeleteAfterLibraryFinished(t *testing.T) {
 func TestFinishedDeletionsPrune(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := newFinishedDeletions(clk)
-	f.add("a")
+	f.Add("a")
 	clk.Step(finishedTTL / 2)
-	f.add("b")
-	if !f.has("a") || !f.has("b") {
+	f.Add("b")
+	if !f.Has("a") || !f.Has("b") {
 		t.Fatal("fresh entries forgotten")
 	}
 	clk.Step(finishedTTL / 2)
-	if f.has("a") || !f.has("b") {
-		t.Errorf("has(a) = %v, has(b) = %v after one TTL; want false, true", f.has("a"), f.has("b"))
+	if f.Has("a") || !f.Has("b") {
+		t.Errorf("has(a) = %v, has(b) = %v after one TTL; want false, true", f.Has("a"), f.Has("b"))
 	}
-	f.add("c") // prunes a
-	if n := f.uids.Len(); n != 2 {
+	f.Add("c") // prunes a
+	if n := f.Len(); n != 2 {
 		t.Errorf("%d entries after pruning, want 2 (b, c)", n)
 	}
 }

@@ -8,10 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/kube-storage/csi-provisioner/internal/expiring"
 )
 
 // libraryVolumeFinalizer is the finalizer the provisioning library puts on
@@ -28,8 +29,7 @@ const finishedTTL = 2 * time.Minute
 
 // finishedDeletions remembers, by PV UID, the PVs whose deletion the
 // library finished: it removed its finalizer from the PV being deleted.
-// It is safe for concurrent use; apimachinery's expiring cache keeps the
-// entries and drops the expired ones as new ones come.
+// It is safe for concurrent use.
 //
 // Why: the library deletes a volume (DeleteVolume, then the PV object,
 // then its finalizer) and the watch events of its own writes queue the PV
@@ -43,28 +43,18 @@ const finishedTTL = 2 * time.Minute
 // and 32 failures counted (make bench). ShouldDelete keeps such copies
 // from the library.
 type finishedDeletions struct {
-	uids *utilcache.Expiring
+	*expiring.Set[types.UID]
 }
 
 func newFinishedDeletions(clk clock.Clock) *finishedDeletions {
-	return &finishedDeletions{uids: utilcache.NewExpiringWithClock(clk)}
-}
-
-// add remembers uid for finishedTTL.
-func (f *finishedDeletions) add(uid types.UID) { f.uids.Set(uid, struct{}{}, finishedTTL) }
-
-// has reports whether the deletion of the PV with uid finished less than
-// finishedTTL ago.
-func (f *finishedDeletions) has(uid types.UID) bool {
-	_, ok := f.uids.Get(uid)
-	return ok
+	return &finishedDeletions{Set: expiring.NewSet[types.UID](clk, finishedTTL)}
 }
 
 // lagsBehind reports whether pv is a copy from before the library finished
 // deleting it: the PV is being deleted and the library removed its
 // finalizer, which a PV being deleted cannot get back.
 func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
-	return pv.DeletionTimestamp != nil && slices.Contains(pv.Finalizers, libraryVolumeFinalizer) && f.has(pv.UID)
+	return pv.DeletionTimestamp != nil && slices.Contains(pv.Finalizers, libraryVolumeFinalizer) && f.Has(pv.UID)
 }
 
 // LibraryClient returns client as the provisioning library gets it: the
@@ -111,20 +101,21 @@ type libraryVolumes struct {
 func (c libraryVolumes) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.PersistentVolume, error) {
 	pv, err := c.PersistentVolumeInterface.Patch(ctx, name, pt, data, opts, subresources...)
 	if err == nil && pv.DeletionTimestamp != nil && !slices.Contains(pv.Finalizers, libraryVolumeFinalizer) {
-		c.finished.add(pv.UID)
+		c.finished.Add(pv.UID)
 	}
 	return pv, err
 }
 
 // deletedVolumeTTL is how long a successful DeleteVolume is remembered
-// (deletedVolumes): longer than the library's retries of a deletion take
-// while kube-apiserver is down or refuses writes (--retry-interval-max
+// (Provisioner.deleted): longer than the library's retries of a deletion
+// take while kube-apiserver is down or refuses writes (--retry-interval-max
 // apart, 5 minutes by default). After it, a retry calls DeleteVolume
 // again, which is only one more call (DeleteVolume is idempotent).
 const deletedVolumeTTL = 30 * time.Minute
 
-// deletedVolumes remembers, by PV UID and volume handle, the volumes whose
-// DeleteVolume succeeded. It is safe for concurrent use.
+// deletedVolume is a member of the record of the volumes whose
+// DeleteVolume succeeded (Provisioner.deleted), by PV UID and volume
+// handle.
 //
 // Why: the library calls Delete, then deletes the PV object and removes
 // its finalizer; when either write fails (kube-apiserver restarting, 429,
@@ -132,27 +123,7 @@ const deletedVolumeTTL = 30 * time.Minute
 // this record every retry was one more DeleteVolume of a volume already
 // gone: 7 per volume during a 15 s outage (test/integration
 // TestAPIServerOutage).
-type deletedVolumes struct {
-	keys *utilcache.Expiring
-}
-
 type deletedVolume struct {
 	uid    types.UID
 	handle string
-}
-
-func newDeletedVolumes(clk clock.Clock) *deletedVolumes {
-	return &deletedVolumes{keys: utilcache.NewExpiringWithClock(clk)}
-}
-
-// add remembers that the volume handle of the PV with uid was deleted.
-func (d *deletedVolumes) add(uid types.UID, handle string) {
-	d.keys.Set(deletedVolume{uid: uid, handle: handle}, struct{}{}, deletedVolumeTTL)
-}
-
-// has reports whether the volume handle of the PV with uid was deleted
-// less than deletedVolumeTTL ago.
-func (d *deletedVolumes) has(uid types.UID, handle string) bool {
-	_, ok := d.keys.Get(deletedVolume{uid: uid, handle: handle})
-	return ok
 }

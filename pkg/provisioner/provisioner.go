@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/events"
+	"github.com/kube-storage/csi-provisioner/internal/expiring"
 	"github.com/kube-storage/csi-provisioner/internal/volindex"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
@@ -88,7 +89,7 @@ type Provisioner struct {
 	attempts       *ledger
 	reschedules    *rescheduleNotes
 	finished       *finishedDeletions
-	deleted        *deletedVolumes
+	deleted        *expiring.Set[deletedVolume]
 	node           *nodeDeployment // nil without WithNodeDeployment
 }
 
@@ -129,7 +130,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		attempts:    newLedger(),
 		reschedules: newRescheduleNotes(),
 		finished:    newFinishedDeletions(cfg.clock),
-		deleted:     newDeletedVolumes(cfg.clock),
+		deleted:     expiring.NewSet[deletedVolume](cfg.clock, deletedVolumeTTL),
 	}
 	if cfg.node != nil {
 		node, err := newNodeDeployment(*cfg.node, caps.DriverName)
