@@ -306,8 +306,9 @@ func (c *Client) Address() string { return c.address }
 // CreateVolume sends req with the configured call timeout and returns the
 // created volume. On failure the error is an *Error; pass it to [Classify]
 // to learn what to do; its message never carries the values of req's
-// secrets, even when the driver's does. The call is idempotent by req.Name: repeating it after
-// an InProgress error continues the same creation.
+// secrets, even when the driver's does. The call is idempotent by
+// req.Name: repeating it after an InProgress error continues the same
+// creation.
 func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error) {
 	r := newRedactor(req.GetSecrets())
 	resp, took, err := timed(r.context(ctx), c.timeout, func(ctx context.Context) (*csi.CreateVolumeResponse, error) {

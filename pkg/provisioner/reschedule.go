@@ -71,8 +71,8 @@ func (c libraryClaims) releaseIdle(claim *corev1.PersistentVolumeClaim) *corev1.
 // that annotation and the in-flight finalizer, and its selected node is
 // still seen, the one the library's copy had when Provision answered
 // ProvisioningReschedule: a node selected since (by hand, or by the
-// scheduler after another reschedule) is not the one the driver refused. The library writes from the
-// copy it started provisioning with, and when the binder is off
+// scheduler after another reschedule) is not the one the driver refused.
+// The library writes from the copy it started provisioning with, and when the binder is off
 // (--enable-binder=false, --node-deployment) the provisioner adds the
 // finalizer in Provision, after that copy was taken: the write always
 // conflicted, and the library, having kept the claim, called CreateVolume
