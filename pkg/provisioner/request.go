@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
@@ -62,9 +64,9 @@ type plan struct {
 // With check set (CheckProvision), it also records no event.
 //
 // Its state on error is upstream's: ProvisioningFinished for a request that
-// cannot be valid (claim selector, unknown reserved parameter, two fsType
-// keys, unsupported access modes, data sources or capabilities, a
-// VolumeAttributesClass of another driver); ProvisioningNoChange for what
+// cannot be valid (claim selector, a size above the largest int64 bytes,
+// unknown reserved parameter, two fsType keys, unsupported access modes,
+// data sources or capabilities, a VolumeAttributesClass of another driver); ProvisioningNoChange for what
 // may resolve by itself or by a change elsewhere (secret references and
 // secrets, the VolumeAttributesClass lookup, topology lookups);
 // ProvisioningReschedule when the selected Node or its CSINode does not
@@ -112,6 +114,12 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 	}
 	if claim.UID == "" {
 		return nil, controller.ProvisioningFinished, errors.New("corrupted PVC object, it is missing UID")
+	}
+	storage := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	if storage.Cmp(*resource.NewQuantity(math.MaxInt64, resource.DecimalSI)) > 0 {
+		// Quantity.Value() would give 0 (the driver's default size) or
+		// a negative size; upstream sends that.
+		return nil, controller.ProvisioningFinished, fmt.Errorf("requested size %s is more than the %d bytes a CSI CreateVolume request can carry", storage.String(), int64(math.MaxInt64))
 	}
 	pvName := p.VolumeName(claim)
 
@@ -167,7 +175,6 @@ func (p *Provisioner) prepare(ctx context.Context, claim *corev1.PersistentVolum
 		params[pvcNamespaceKey] = claim.Namespace
 		params[pvNameKey] = pvName
 	}
-	storage := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	pl.req = &csi.CreateVolumeRequest{
 		Name:                      pvName,
 		CapacityRange:             &csi.CapacityRange{RequiredBytes: storage.Value()},

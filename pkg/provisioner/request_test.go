@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"maps"
+	"math"
 	"strings"
 	"testing"
 
@@ -62,6 +63,23 @@ func TestCreateVolumeRequest(t *testing.T) {
 				Name: "pvc-uid-c", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi},
 				VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw, "")},
 				Parameters:         map[string]string{"foo": "bar"},
+			},
+		},
+		{
+			name:  "milli-units round up to a whole byte",
+			claim: newClaim("c").Size("1500m").Obj(), class: newClass().Obj(),
+			want: &csi.CreateVolumeRequest{
+				Name: "pvc-uid-c", CapacityRange: &csi.CapacityRange{RequiredBytes: 2},
+				VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw, "")}, Parameters: map[string]string{},
+			},
+		},
+		{
+			// The parser caps a binary quantity at the largest int64.
+			name:  "8Ei is the largest int64",
+			claim: newClaim("c").Size("8Ei").Obj(), class: newClass().Obj(),
+			want: &csi.CreateVolumeRequest{
+				Name: "pvc-uid-c", CapacityRange: &csi.CapacityRange{RequiredBytes: math.MaxInt64},
+				VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw, "")}, Parameters: map[string]string{},
 			},
 		},
 		{
@@ -228,6 +246,19 @@ func TestPrepareErrors(t *testing.T) {
 			caps:      func(c *csiclient.Capabilities) { c.CreateDeleteVolume = false },
 			wantState: controller.ProvisioningFinished,
 			wantErr:   "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported",
+		},
+		{
+			// Quantity.Value() gives 0 for it: the driver would be asked
+			// for a volume of its default size.
+			name: "request above int64 bytes, decimal exponent", claim: newClaim("c").Size("10E").Obj(), class: newClass().Obj(),
+			wantState: controller.ProvisioningFinished,
+			wantErr:   "requested size 10E is more than the 9223372036854775807 bytes a CSI CreateVolume request can carry",
+		},
+		{
+			// Quantity.Value() wraps around to a negative size.
+			name: "request one byte above int64", claim: newClaim("c").Size("9223372036854775808").Obj(), class: newClass().Obj(),
+			wantState: controller.ProvisioningFinished,
+			wantErr:   "requested size 9223372036854775808 is more than the 9223372036854775807 bytes a CSI CreateVolume request can carry",
 		},
 		{
 			name: "missing UID", claim: newClaim("c").UID("").Obj(), class: newClass().Obj(),
