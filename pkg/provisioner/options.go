@@ -41,6 +41,8 @@ const (
 
 	// maxUUIDLength is the number of hex digits of a UID without dashes.
 	maxUUIDLength = 32
+	// wholeUIDLength is the length of a UID with its dashes.
+	wholeUIDLength = 36
 )
 
 // Option configures [New].
@@ -101,9 +103,17 @@ func (c *config) validate(driverName string) error {
 	var errs []error
 	if c.volumeNamePrefix == "" {
 		errs = append(errs, errors.New("volume name prefix must not be empty"))
-	} else if msgs := validation.IsDNS1123Subdomain(c.volumeNamePrefix + "-0"); len(msgs) > 0 {
-		// The prefix is the start of every PV name.
-		errs = append(errs, fmt.Errorf("volume name prefix %q does not start a valid PersistentVolume name: %s", c.volumeNamePrefix, strings.Join(msgs, "; ")))
+	} else {
+		// The prefix is the start of every PV name, which the UID (or
+		// its first digits) ends; a name too long for the API server
+		// would fail every PV after its CreateVolume.
+		uidLength := wholeUIDLength
+		if c.volumeNameUUIDLength > 0 {
+			uidLength = c.volumeNameUUIDLength
+		}
+		if msgs := validation.IsDNS1123Subdomain(c.volumeNamePrefix + "-" + strings.Repeat("0", uidLength)); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("volume name prefix %q does not start a valid PersistentVolume name (the prefix, a dash and %d characters of the claim UID): %s", c.volumeNamePrefix, uidLength, strings.Join(msgs, "; ")))
+		}
 	}
 	if c.volumeNameUUIDLength != -1 && (c.volumeNameUUIDLength < 1 || c.volumeNameUUIDLength > maxUUIDLength) {
 		errs = append(errs, fmt.Errorf("volume name UUID length must be -1 (the whole UID) or between 1 and %d, got %d", maxUUIDLength, c.volumeNameUUIDLength))

@@ -31,6 +31,18 @@ func TestNewValidation(t *testing.T) {
 		{name: "uuid length 1", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(1)}},
 		{name: "empty prefix", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix("")}, wantErr: "volume name prefix must not be empty"},
 		{name: "prefix not a name", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix("Bad_Prefix")}, wantErr: "does not start a valid PersistentVolume name"},
+		// A PV name has at most 253 characters: the prefix, a dash and the
+		// 36 characters of a UID, or the configured number of its digits.
+		{name: "longest prefix for whole UIDs", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix(strings.Repeat("p", 216))}},
+		{
+			name: "prefix too long for whole UIDs", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix(strings.Repeat("p", 217))},
+			wantErr: "does not start a valid PersistentVolume name (the prefix, a dash and 36 characters of the claim UID): must be no more than 253 characters",
+		},
+		{name: "longest prefix for 8 UID digits", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix(strings.Repeat("p", 244)), WithVolumeNameUUIDLength(8)}},
+		{
+			name: "prefix too long for 8 UID digits", caps: baseCaps(), opts: []Option{WithVolumeNamePrefix(strings.Repeat("p", 245)), WithVolumeNameUUIDLength(8)},
+			wantErr: "(the prefix, a dash and 8 characters of the claim UID): must be no more than 253 characters",
+		},
 		{name: "uuid length 33", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(33)}, wantErr: "between 1 and 32, got 33"},
 		{name: "uuid length 0", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(0)}, wantErr: "got 0"},
 		{name: "uuid length -2", caps: baseCaps(), opts: []Option{WithVolumeNameUUIDLength(-2)}, wantErr: "got -2"},

@@ -1,11 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -50,5 +58,41 @@ func TestRequestSizeLimits(t *testing.T) {
 	}
 	if len(vols) != len(handles) {
 		t.Errorf("driver has %d volumes, want the %d of the fitting claims %v", len(vols), len(handles), handles)
+	}
+}
+
+// TestVolumeNamePrefixLimit: a PV name has at most 253 characters. With
+// the longest --volume-name-prefix that fits a whole claim UID (216
+// characters) claims are provisioned and bound to PVs of exactly 253
+// characters; one character more, and every PV would be refused by the
+// API server after its volume was created, so the sidecar stops at start
+// with status 1 and says why.
+func TestVolumeNamePrefixLimit(t *testing.T) {
+	longest := strings.Repeat("p", 216)
+	s := newStack(t, stackConfig{memory: true, sidecarArgs: []string{"--volume-name-prefix=" + longest}})
+	sc := s.class("prefix", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "long").Class(sc.Name))
+	_, pv := s.waitBound(claim.Name)
+	if want := longest + "-" + string(claim.UID); pv.Name != want || len(pv.Name) != 253 {
+		t.Errorf("PV name = %q (%d characters), want %q", pv.Name, len(pv.Name), want)
+	}
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+
+	cfg := s.sidecarCfg
+	cfg.LogPath = filepath.Join(s.dir, "sidecar-too-long.log")
+	cfg.Args = append(slices.Clone(cfg.Args), "--volume-name-prefix="+longest+"p")
+	r, err := e2e.StartSidecar(s.sidecarBin, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.StopAtCleanup(t, s.driver)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var exit *exec.ExitError
+	if err := r.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("the sidecar with a 217-character prefix did not exit with status 1: %v", err)
+	}
+	if err := r.WaitLog(ctx, "(the prefix, a dash and 36 characters of the claim UID): must be no more than 253 characters"); err != nil {
+		t.Fatal(err)
 	}
 }
