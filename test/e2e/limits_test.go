@@ -11,7 +11,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -95,4 +97,55 @@ func TestVolumeNamePrefixLimit(t *testing.T) {
 	if err := r.WaitLog(ctx, "(the prefix, a dash and 36 characters of the claim UID): must be no more than 253 characters"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLongClaimNames: a claim whose name has the 253 characters a claim
+// name may have, in a namespace of the 63 a namespace name may have, is
+// provisioned (with --extra-create-metadata, which passes both names to
+// the driver), bound, announced by a Normal ProvisioningSucceeded event
+// (client-go names an event after its object when that fits), and
+// deleted with its volume.
+func TestLongClaimNames(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, sidecarArgs: []string{"--extra-create-metadata"}})
+	sc := s.class("long", nil)
+	ns := (s.ns + "-" + strings.Repeat("n", 63))[:63]
+	if _, err := s.c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	name := strings.Repeat("c", 253)
+	claim, err := s.c.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), testutil.NewPVC(ns, name).Class(sc.Name).RV("").Obj(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pvName string
+	testutil.Eventually(t, 0, "the claim with a 253-character name is not Bound", func(ctx context.Context) (bool, error) {
+		got, err := s.c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pvName = got.Spec.VolumeName
+		return got.Status.Phase == corev1.ClaimBound, nil
+	})
+	pv, err := s.c.CoreV1().PersistentVolumes().Get(t.Context(), pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.Name != name || ref.Namespace != ns || ref.UID != claim.UID {
+		t.Errorf("PV %s claimRef = %+v, want the claim", pv.Name, ref)
+	}
+	s.waitEvent(ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", "Successfully provisioned volume "+pv.Name)
+	if err := s.c.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "PV "+pv.Name+" not deleted", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	testutil.Eventually(t, 0, "the driver still has volumes", func(ctx context.Context) (bool, error) {
+		vols, err := s.driver.ListVolumes(ctx)
+		return len(vols) == 0, err
+	})
 }
