@@ -66,9 +66,10 @@ type plan struct {
 // Its state on error is upstream's: ProvisioningFinished for a request that
 // cannot be valid (claim selector, a size above the largest int64 bytes,
 // unknown reserved parameter, two fsType keys, unsupported access modes,
-// data sources or capabilities, a VolumeAttributesClass of another driver); ProvisioningNoChange for what
-// may resolve by itself or by a change elsewhere (secret references and
-// secrets, the VolumeAttributesClass lookup, topology lookups);
+// data sources or capabilities, a VolumeAttributesClass of another
+// driver); ProvisioningNoChange for what may resolve by itself or by a
+// change elsewhere (secret references and secrets, the
+// VolumeAttributesClass lookup, topology lookups);
 // ProvisioningReschedule when the selected Node or its CSINode does not
 // exist. A data source of another kind gives an *controller.IgnoredError
 // (an external populator provisions the claim). A class of the migrated
