@@ -141,6 +141,14 @@ const (
 // seen without the finalizer. A later CreateVolume may still begin.
 func (s attemptState) idle() bool { return s == attemptFinal || s == attemptClean }
 
+// sent reports whether this process sent a CreateVolume for the claim in
+// state s and has not released it since: the in-flight finalizer on the
+// claim is then this process's, even after the claim was handed to another
+// provisioner (its class recreated with another provisioner).
+func (s attemptState) sent() bool {
+	return s == attemptSent || s == attemptFinal || s == attemptCreated
+}
+
 // over reports whether no CreateVolume can still be running in state s:
 // the volume was created, or the last call got a final answer.
 func (s attemptState) over() bool {

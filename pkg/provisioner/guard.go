@@ -26,8 +26,10 @@ const guardQueueName = "inflight_guard"
 // recorder given to New, RunGuard also posts the provisioner's events.
 //
 // The guard watches claims that carry the in-flight finalizer and are
-// annotated for this driver, and the PVs that point to them, and removes the
-// finalizer when no CreateVolume for the claim can leak any more:
+// annotated for this driver (or were, when this process sent a
+// CreateVolume for them: see guards), and the PVs that point to them, and
+// removes the finalizer when no CreateVolume for the claim can leak any
+// more:
 //
 //   - the PV provisioned for the claim exists (its claimRef carries the
 //     claim's UID, and it is named after the claim or annotated as
@@ -109,7 +111,7 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 	if claim == nil || err != nil {
 		return err
 	}
-	if !inflight.Has(claim) || !p.annotatedForUs(claim) {
+	if !inflight.Has(claim) || !p.guards(claim) {
 		return nil
 	}
 	if p.node != nil && !p.nodeGuards(claim) {
@@ -208,12 +210,23 @@ func (p *Provisioner) enqueueClaim(queue workqueue.TypedInterface[string], obj i
 		}
 		return
 	}
-	if !p.annotatedForUs(claim) {
+	if !p.guards(claim) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(claim); err == nil {
 		queue.Add(key)
 	}
+}
+
+// guards reports whether the in-flight finalizer on claim is this
+// process's to remove: the claim is annotated for this driver, or this
+// process sent a CreateVolume for it before it was handed to another
+// provisioner (kube-controller-manager rewrites the annotations when the
+// class is recreated with another provisioner). Nobody else removes the
+// finalizer of such a claim, and it would keep the claim from being
+// deleted for ever.
+func (p *Provisioner) guards(claim *corev1.PersistentVolumeClaim) bool {
+	return p.annotatedForUs(claim) || p.attempts.state(claim.UID).sent()
 }
 
 func annotatedForAny(claim *corev1.PersistentVolumeClaim) bool {

@@ -128,6 +128,38 @@ func TestGuardSync(t *testing.T) {
 			pvs:   func(c *corev1.PersistentVolumeClaim) []runtime.Object { return objs(ourPV(c).Obj()) },
 		},
 		{
+			// The class was recreated with another provisioner, which
+			// provisioned and bound the claim: this driver's create is over.
+			name:  "handed to another provisioner and bound there after a final answer",
+			claim: guarded().VolumeName("pvc-uid-c").Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("pvc-uid-c", "other.example.com").BoundTo(c).Obj())
+			},
+			ledger: func(l *ledger) { l.final("uid-c") },
+		},
+		{
+			name:   "handed to another provisioner, being deleted, after a final answer",
+			claim:  guarded().Deleted().Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			ledger: func(l *ledger) { l.final("uid-c") },
+		},
+		{
+			name:   "handed to another provisioner and bound there while a create may be in flight",
+			claim:  guarded().VolumeName("pvc-uid-c").Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true,
+		},
+		{
+			name:   "handed to another provisioner, still pending there after a final answer",
+			claim:  guarded().Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			ledger: func(l *ledger) { l.final("uid-c") }, wantKept: true,
+		},
+		{
+			// Seen clean, so the finalizer is the other provisioner's (this
+			// product's sidecar of another driver): not touched.
+			name:   "claim of another driver, being deleted, seen clean",
+			claim:  guarded().Deleted().Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			ledger: func(l *ledger) { l.observeClean("uid-c") }, wantKept: true,
+		},
+		{
 			name: "removal fails", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.final("uid-c") },
 			failUpdate: true, wantErr: true, wantKept: true,
 		},
