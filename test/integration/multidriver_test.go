@@ -5,12 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -144,4 +147,201 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// TestSeveralDrivers: two sidecars of this product (drivers A and B, each
+// with --leader-election in the same namespace), upstream
+// external-provisioner (driver C) and kube-controller-manager's PV binder
+// share a cluster. Each sidecar handles what is its own and writes nothing
+// else:
+//
+//   - each takes a Lease of its own, and claims of the three drivers'
+//     classes end Bound on a volume of their class's driver;
+//   - a claim created with no class while no class was default takes B's
+//     class once that becomes default, and is provisioned by B;
+//   - a claim of class "" that nothing matches, and a claim of a class
+//     whose provisioner runs nowhere, stay Pending with neither our
+//     annotations nor our finalizer; a static PV of a driver that no
+//     sidecar serves is bound by kube-controller-manager alone;
+//   - static PVs of A and B with the same volume handle each bind their
+//     claim; deleting B's claim deletes B's PV only: A's volume and PV
+//     stay, and so does a Released PV (policy Delete) of a driver nobody
+//     serves that names the same handle;
+//   - no object outside a sidecar's scope gets a write (field manager
+//     csi-provisioner-binder or external-provisioner) or an event from it.
+func TestSeveralDrivers(t *testing.T) {
+	c := newCluster(t)
+	ctx := t.Context()
+	le := []string{"--leader-election", "--leader-election-namespace=" + c.ns}
+	a := c.startDriver("a", false, nil, le...)
+	b := c.startDriver("b", false, nil, le...)
+	up := c.startDriver("c", true, nil)
+	gone := "x." + c.ns + ".csi.example" // served by nobody
+
+	// One Lease per driver, each held.
+	leases, err := c.c.CoordinationV1().Leases(c.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := map[string]string{}
+	for _, l := range leases.Items {
+		if l.Spec.HolderIdentity != nil {
+			holders[l.Name] = *l.Spec.HolderIdentity
+		}
+	}
+	if len(holders) != 2 || holders[strings.ReplaceAll(a.Name, ".", "-")] == "" || holders[strings.ReplaceAll(b.Name, ".", "-")] == "" {
+		t.Errorf("Leases in %s: %v, want one held Lease per driver (%s, %s)", c.ns, holders, a.Name, b.Name)
+	}
+
+	classA := c.createClass(testutil.NewSC(c.name("a"), a.Name)).Name
+	classB := c.createClass(testutil.NewSC(c.name("b"), b.Name)).Name
+	classC := c.createClass(testutil.NewSC(c.name("c"), up.Name)).Name
+	classNobody := c.createClass(testutil.NewSC(c.name("nobody"), gone)).Name
+	for _, class := range []string{classA, classB, classC} {
+		c.createClaim(testutil.NewPVC(c.ns, "dyn-"+class).Class(class))
+	}
+
+	// A claim with no class, made while no class is default.
+	noClass := c.createClaim(testutil.NewPVC(c.ns, "no-class"))
+	if noClass.Spec.StorageClassName != nil {
+		t.Fatalf("claim created with class %q: another class is default in this control plane", *noClass.Spec.StorageClassName)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}`)
+	if _, err := c.c.StorageV1().StorageClasses().Patch(ctx, classB, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Claims nobody may provision.
+	emptyClass := c.createClaim(testutil.NewPVC(c.ns, "empty-class").Class("").Selector(map[string]string{"pair": "none"}))
+	nobody := c.createClaim(testutil.NewPVC(c.ns, "nobody").Class(classNobody))
+
+	// A static PV of the driver nobody serves, and static PVs of A and B
+	// with one handle, each selected by one claim of class "".
+	shared := c.startVolume(a, "shared")
+	static := func(name, driver, handle string) *corev1.PersistentVolume {
+		pvb := testutil.NewPV(c.name(name), driver).Class("").Label("pair", name).
+			Annotation(annProvisionedBy, driver)
+		pvb.Obj().Spec.CSI.VolumeHandle = handle
+		return c.createPV(pvb)
+	}
+	staticX := static("x", gone, "handle-x")
+	staticA := static("a", a.Name, shared)
+	staticB := static("b", b.Name, shared)
+	for _, name := range []string{"x", "a", "b"} {
+		c.createClaim(testutil.NewPVC(c.ns, "static-"+name).Class("").Selector(map[string]string{"pair": name}))
+	}
+	// A Released volume of the driver nobody serves, naming A's handle.
+	orphanB := testutil.NewPV(c.name("orphan"), gone).Class("").ClaimRef(c.ns, "ghost", "ghost-uid").
+		Annotation(annProvisionedBy, gone)
+	orphanB.Obj().Spec.CSI.VolumeHandle = shared
+	orphan := c.createPV(orphanB)
+	// Registered after the objects' removal, so that it runs first.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		claims, _ := c.c.CoreV1().PersistentVolumeClaims(c.ns).List(ctx, metav1.ListOptions{})
+		for _, pvc := range claims.Items {
+			evs, _ := c.events(ctx, pvc.UID)
+			t.Logf("claim %s: class %v phase %s volume %q annotations %v finalizers %v events %q", pvc.Name, pvc.Spec.StorageClassName, pvc.Status.Phase, pvc.Spec.VolumeName, pvc.Annotations, pvc.Finalizers, evs)
+		}
+		pvs, _ := c.c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		for _, pv := range pvs.Items {
+			evs, _ := c.events(ctx, pv.UID)
+			t.Logf("PV %s: class %q phase %s claimRef %v annotations %v events %q", pv.Name, pv.Spec.StorageClassName, pv.Status.Phase, pv.Spec.ClaimRef, pv.Annotations, evs)
+		}
+	})
+
+	want := map[string]string{
+		"dyn-" + classA: a.Name, "dyn-" + classB: b.Name, "dyn-" + classC: up.Name, "no-class": b.Name,
+		"static-x": gone, "static-a": a.Name, "static-b": b.Name,
+	}
+	for name, driver := range want {
+		claim := c.waitClaimPhase(name, corev1.ClaimBound)
+		if pv := c.getPV(claim.Spec.VolumeName); pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver {
+			t.Errorf("claim %s bound to %s of %+v, want a volume of %s", name, pv.Name, pv.Spec.CSI, driver)
+		}
+	}
+	if got := c.getClaim("no-class").Spec.StorageClassName; got == nil || *got != classB {
+		t.Errorf("claim without a class got class %v, want the default %s", got, classB)
+	}
+	if got := c.getClaim("static-a").Spec.VolumeName; got != staticA.Name {
+		t.Errorf("claim static-a bound to %s, want %s", got, staticA.Name)
+	}
+	c.waitPVPhase(orphan.Name, corev1.VolumeReleased)
+
+	// Deleting B's static claim deletes B's PV (DeleteVolume of the shared
+	// handle on B's driver, which has no such volume) and nothing of A.
+	c.deleteClaim("static-b")
+	c.waitPVGone(staticB.Name)
+	if ids, err := a.VolumeIDs(ctx); err != nil || !slices.Contains(ids, shared) {
+		t.Errorf("driver A's volumes %v (err %v) lost %s after B's PV with that handle was deleted", ids, err, shared)
+	}
+	if pv := c.getPV(staticA.Name); pv.Status.Phase != corev1.VolumeBound {
+		t.Errorf("A's PV %s is %s after B's PV with its handle was deleted", pv.Name, pv.Status.Phase)
+	}
+	if pv := c.getPV(orphan.Name); pv.DeletionTimestamp != nil || pv.Status.Phase != corev1.VolumeReleased {
+		t.Errorf("Released PV %s of a driver nobody serves: deleting %v, phase %s", pv.Name, pv.DeletionTimestamp != nil, pv.Status.Phase)
+	}
+
+	for _, pvc := range []*corev1.PersistentVolumeClaim{emptyClass, nobody} {
+		got := c.getClaim(pvc.Name)
+		if got.Status.Phase != corev1.ClaimPending || inflight.Has(got) {
+			t.Errorf("claim %s: phase %s, finalizers %v, want Pending without %s", got.Name, got.Status.Phase, got.Finalizers, inflight.Finalizer)
+		}
+		if p := got.Annotations[annStorageProv]; p == a.Name || p == b.Name {
+			t.Errorf("claim %s handed to %s", got.Name, p)
+		}
+	}
+
+	// Nothing out of our scope was written or reported on by a sidecar.
+	theirs := []metav1.Object{emptyClass, nobody, c.getClaim("static-x"), staticX, orphan, c.getClaim("dyn-" + classC)}
+	theirs = append(theirs, c.getPV(c.getClaim("dyn-"+classC).Spec.VolumeName))
+	for _, obj := range theirs {
+		c.checkUntouched(obj, a.Name, b.Name)
+	}
+}
+
+// startVolume creates a 1Gi volume named name in driver d and returns its ID.
+func (c *cluster) startVolume(d *e2e.Driver, name string) string {
+	c.t.Helper()
+	id, err := d.CreateVolume(c.t.Context(), name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return id
+}
+
+// checkUntouched fails if the live object was written by this product's
+// binder or provisioner, or has an event from them or from the library
+// of one of drivers.
+func (c *cluster) checkUntouched(obj metav1.Object, drivers ...string) {
+	c.t.Helper()
+	ctx := c.t.Context()
+	var managed []metav1.ManagedFieldsEntry
+	if obj.GetNamespace() == "" {
+		pv, err := c.c.CoreV1().PersistentVolumes().Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		managed = pv.ManagedFields
+	} else {
+		managed = c.getClaim(obj.GetName()).ManagedFields
+	}
+	for _, m := range managed {
+		if m.Manager == "csi-provisioner-binder" || m.Manager == "external-provisioner" {
+			c.t.Errorf("%s written by %s (%s)", obj.GetName(), m.Manager, m.Subresource)
+		}
+	}
+	events, err := c.c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(obj.GetUID())})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		from := ev.Source.Component
+		if from == "csi-provisioner-binder" || slices.ContainsFunc(drivers, func(d string) bool { return strings.HasPrefix(from, d+"_") }) {
+			c.t.Errorf("event on %s from %s: %s %s: %s", obj.GetName(), from, ev.Type, ev.Reason, ev.Message)
+		}
+	}
 }
