@@ -142,7 +142,40 @@ func Load(path string) (*State, error) {
 	if s.Publications == nil {
 		s.Publications = map[string]*Publication{}
 	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
 	return s, nil
+}
+
+// check refuses entries that Save never writes: a null entry, or one filed
+// under a key other than its own ID (target path). The driver files its
+// data under the ID and finds records by key; a mismatch would point two
+// records at one volume's data, or let the data of the volume under the key
+// be removed as an orphan at start-up. An ID must be one path element: it
+// names the volume's data under the root.
+func (s *State) check() error {
+	for key, v := range s.Volumes {
+		if v == nil || v.ID != key || !pathElement(v.ID) {
+			return fmt.Errorf("volume %q: the entry must be a volume whose id is its key and a file name", key)
+		}
+	}
+	for key, snap := range s.Snapshots {
+		if snap == nil || snap.ID != key || !pathElement(snap.ID) {
+			return fmt.Errorf("snapshot %q: the entry must be a snapshot whose id is its key and a file name", key)
+		}
+	}
+	for key, p := range s.Publications {
+		if p == nil || p.TargetPath != key {
+			return fmt.Errorf("publication %q: the entry must be a publication whose targetPath is its key", key)
+		}
+	}
+	return nil
+}
+
+// pathElement reports whether id is usable as one file name.
+func pathElement(id string) bool {
+	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00")
 }
 
 // Save writes s to path atomically and durably: when Save returns nil, a

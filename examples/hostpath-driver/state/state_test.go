@@ -59,6 +59,14 @@ func TestLoad(t *testing.T) {
 		{name: "one volume", content: ptr(`{"version":1,"volumes":{"v":{"id":"v","name":"n"}}}`), wantLen: 1},
 		{name: "other version", content: ptr(`{"version":2}`), wantErr: "format version 2"},
 		{name: "torn file", content: ptr(`{"version":1,"volu`), wantErr: "parse state"},
+		{name: "null volume", content: ptr(`{"version":1,"volumes":{"v":null}}`), wantErr: `volume "v"`},
+		{name: "volume under another key", content: ptr(`{"version":1,"volumes":{"v":{"id":"w"}}}`), wantErr: `volume "v"`},
+		{name: "volume id not a file name", content: ptr(`{"version":1,"volumes":{"../v":{"id":"../v"}}}`), wantErr: `volume "../v"`},
+		{name: "empty volume id", content: ptr(`{"version":1,"volumes":{"":{"id":""}}}`), wantErr: `volume ""`},
+		{name: "null snapshot", content: ptr(`{"version":1,"snapshots":{"s":null}}`), wantErr: `snapshot "s"`},
+		{name: "snapshot under another key", content: ptr(`{"version":1,"snapshots":{"s":{"id":"t"}}}`), wantErr: `snapshot "s"`},
+		{name: "null publication", content: ptr(`{"version":1,"publications":{"/t":null}}`), wantErr: `publication "/t"`},
+		{name: "publication under another path", content: ptr(`{"version":1,"publications":{"/t":{"targetPath":"/u"}}}`), wantErr: `publication "/t"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
