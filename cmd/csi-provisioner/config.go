@@ -19,6 +19,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as upstream
 
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/provisioner"
 )
 
 // Config is every command-line setting. Upstream's flags keep upstream's
@@ -336,6 +337,9 @@ func (c *Config) Validate() error {
 		// client-go's own checks, which would otherwise panic after start.
 		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
+	}
+	if err := provisioner.CheckVolumeNamePrefix(c.VolumeNamePrefix, c.VolumeNameUUIDLength); err != nil {
+		return fmt.Errorf("--volume-name-prefix: %w", err)
 	}
 	if err := c.validateHTTP(); err != nil {
 		return err

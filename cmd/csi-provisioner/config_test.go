@@ -69,6 +69,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "negative uuid length", args: []string{"--volume-name-uuid-length=-2"}, wantErr: "--volume-name-uuid-length"},
 		{name: "uuid length 0 (upstream names every volume pvc-)", args: []string{"--volume-name-uuid-length=0"}, wantErr: `--volume-name-uuid-length=0 would give every volume the same name "pvc-"`},
 		{name: "empty prefix", args: []string{"--volume-name-prefix="}, wantErr: "--volume-name-prefix must not be empty"},
+		{name: "prefix not a name", args: []string{"--volume-name-prefix=PVC"}, wantErr: `--volume-name-prefix: volume name prefix "PVC" does not start a valid PersistentVolume name`},
+		{name: "prefix too long for a whole UID", args: []string{"--volume-name-prefix=" + strings.Repeat("p", 217)}, wantErr: "must be no more than 253 characters"},
 		{name: "zero timeout", args: []string{"--timeout=0s"}, wantErr: "--timeout must be positive"},
 		{name: "no workers", args: []string{"--worker-threads=0"}, wantErr: "--worker-threads"},
 		{name: "no cloning protection workers", args: []string{"--cloning-protection-threads=0"}, wantErr: "--cloning-protection-threads must be at least 1"},

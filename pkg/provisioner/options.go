@@ -103,20 +103,13 @@ func (c *config) validate(driverName string) error {
 	var errs []error
 	if c.volumeNamePrefix == "" {
 		errs = append(errs, errors.New("volume name prefix must not be empty"))
-	} else {
-		// The prefix is the start of every PV name, which the UID (or
-		// its first digits) ends; a name too long for the API server
-		// would fail every PV after its CreateVolume.
-		uidLength := wholeUIDLength
-		if c.volumeNameUUIDLength > 0 {
-			uidLength = c.volumeNameUUIDLength
-		}
-		if msgs := validation.IsDNS1123Subdomain(c.volumeNamePrefix + "-" + strings.Repeat("0", uidLength)); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("volume name prefix %q does not start a valid PersistentVolume name (the prefix, a dash and %d characters of the claim UID): %s", c.volumeNamePrefix, uidLength, strings.Join(msgs, "; ")))
-		}
 	}
 	if c.volumeNameUUIDLength != -1 && (c.volumeNameUUIDLength < 1 || c.volumeNameUUIDLength > maxUUIDLength) {
 		errs = append(errs, fmt.Errorf("volume name UUID length must be -1 (the whole UID) or between 1 and %d, got %d", maxUUIDLength, c.volumeNameUUIDLength))
+	} else if c.volumeNamePrefix != "" {
+		if err := CheckVolumeNamePrefix(c.volumeNamePrefix, c.volumeNameUUIDLength); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.clock == nil {
 		errs = append(errs, errors.New("clock must not be nil"))
@@ -145,6 +138,22 @@ func (c *config) validate(driverName string) error {
 		if c.node != nil {
 			c.identity += "-" + c.node.NodeName
 		}
+	}
+	return nil
+}
+
+// CheckVolumeNamePrefix returns an error, on one line, when prefix would
+// not make valid PersistentVolume names (DNS-1123 subdomains of at most 253
+// characters) with uuidLength (see [WithVolumeNameUUIDLength], assumed
+// valid): the prefix, a dash and the whole UID (-1) or that many of its
+// hex digits.
+func CheckVolumeNamePrefix(prefix string, uuidLength int) error {
+	n := uuidLength
+	if n < 0 {
+		n = wholeUIDLength
+	}
+	if msgs := validation.IsDNS1123Subdomain(prefix + "-" + strings.Repeat("0", n)); len(msgs) > 0 {
+		return fmt.Errorf("volume name prefix %q does not start a valid PersistentVolume name (the prefix, a dash and %d characters of the claim UID): %s", prefix, n, strings.Join(msgs, "; "))
 	}
 	return nil
 }

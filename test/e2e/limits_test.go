@@ -91,8 +91,8 @@ func TestVolumeNamePrefixLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var exit *exec.ExitError
-	if err := r.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("the sidecar with a 217-character prefix did not exit with status 1: %v", err)
+	if err := r.WaitExit(ctx); !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("the sidecar with a 217-character prefix did not exit with status 2 (a flag error): %v", err)
 	}
 	if err := r.WaitLog(ctx, "(the prefix, a dash and 36 characters of the claim UID): must be no more than 253 characters"); err != nil {
 		t.Fatal(err)
