@@ -34,6 +34,11 @@ import (
 //     <node>"; the library retries. ShouldDelete keeps such volumes from
 //     Delete in the first place; this covers an attachment created between
 //     the two.
+//   - While another PV of this driver records the same volume handle (a
+//     driver that gave two claims one volume, or two static PVs of one
+//     volume), it returns "not deleting volume ...": DeleteVolume would
+//     delete the other PV's data. The library retries with backoff; the
+//     volume is deleted once it is the last PV of the handle.
 //   - The secrets are those named by the PV's deletion-secret annotations.
 //     A PV without the annotations (written by old provisioners) resolves
 //     them from its StorageClass with the claimRef's name and namespace. A
@@ -91,6 +96,10 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 		logger.V(4).Info("Not deleting an attached volume", "err", err)
 		return err
 	}
+	if other := p.handleHolder(source.VolumeHandle, pv.Name); other != "" {
+		return fmt.Errorf("not deleting volume %q of persistentvolume %s: persistentvolume %s of driver %s records the same volume, and would lose its data; "+
+			"it is deleted once no other persistentvolume records it", source.VolumeHandle, pv.Name, other, p.name)
+	}
 	secrets, unread, err := p.deletionSecrets(ctx, pv)
 	if err != nil {
 		return err
@@ -102,6 +111,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))
 	if err == nil {
 		p.deleted.Add(deletedVolume{uid: pv.UID, handle: source.VolumeHandle})
+		p.forgetHandle(source.VolumeHandle, pv.Name)
 	}
 	if err != nil && unread != nil {
 		// The driver's answer alone (often "unauthenticated") would hide

@@ -133,6 +133,17 @@ func TestDelete(t *testing.T) {
 			objs: objs(attachment("va-a", "pv1", "node-a")), wantCall: true,
 		},
 		{
+			// A driver that gave two claims one volume, or two static PVs
+			// of one volume: deleting it would delete the other's data.
+			name: "another PV of the driver records the same volume: not deleted", pv: provisionedPV("", "").Obj(),
+			objs:    objs(pvWithHandle("pv-twin", testDriver, "handle-pv1")),
+			wantErr: "not deleting volume \"handle-pv1\" of persistentvolume pv1: persistentvolume pv-twin of driver " + testDriver + " records the same volume",
+		},
+		{
+			name: "a PV of another driver has the same handle", pv: provisionedPV("", "").Obj(),
+			objs: objs(pvWithHandle("pv-twin", "other.example.com", "handle-pv1")), wantCall: true,
+		},
+		{
 			name: "DeleteVolume final error", pv: provisionedPV("", "").Obj(), deleteErr: csiErr(codes.FailedPrecondition),
 			wantErr: "mock FailedPrecondition", wantCall: true,
 		},

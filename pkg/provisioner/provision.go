@@ -177,6 +177,10 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 // plugin, translating it back to the in-tree source.
 func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
+	// First: a volume another PV records must not be deleted below.
+	if other := p.handleHolder(vol.GetVolumeId(), pl.req.GetName()); other != "" {
+		return p.duplicateHandle(ctx, pl, vol, other)
+	}
 	requested := pl.req.GetCapacityRange().GetRequiredBytes()
 	capacity := vol.GetCapacityBytes()
 	switch {
@@ -193,6 +197,9 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 		return p.discard(ctx, claim, pl, vol, errors.New("volume content source missing"))
 	}
 
+	if other := p.claimHandle(vol.GetVolumeId(), pl.req.GetName()); other != "" {
+		return p.duplicateHandle(ctx, pl, vol, other)
+	}
 	pv := p.persistentVolume(claim, pl.class, pl, vol, capacity)
 	if pl.migrated {
 		var err error

@@ -38,6 +38,7 @@ const (
 // Names of the indexers the provisioner adds to the shared informers.
 const (
 	indexAttachmentByVolume = "csi-provisioner.provisioner/volume-name"
+	// indexVolumeByHandle is in handles.go.
 )
 
 // Annotations, attributes and messages, upstream's strings.
@@ -90,6 +91,7 @@ type Provisioner struct {
 	reschedules    *rescheduleNotes
 	finished       *finishedDeletions
 	deleted        *expiring.Set[deletedVolume]
+	handles        *handleRecords
 	node           *nodeDeployment // nil without WithNodeDeployment
 }
 
@@ -131,6 +133,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		reschedules: newRescheduleNotes(),
 		finished:    newFinishedDeletions(cfg.clock),
 		deleted:     expiring.NewSet[deletedVolume](cfg.clock, deletedVolumeTTL),
+		handles:     newHandleRecords(cfg.clock),
 	}
 	if cfg.node != nil {
 		node, err := newNodeDeployment(*cfg.node, caps.DriverName)
@@ -163,6 +166,9 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
 	p.volumes = volumeIndex
+	if err := p.volumeInf.AddIndexers(cache.Indexers{indexVolumeByHandle: p.volumeByHandle}); err != nil {
+		return nil, fmt.Errorf("new provisioner: add volume handle indexer: %w", err)
+	}
 	switch {
 	case caps.VolumeAccessibility && p.node != nil:
 		p.nodes, p.csiNodes = p.node.nodes, p.node.csiNodes

@@ -1,0 +1,100 @@
+package provisioner
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+)
+
+// pvWithHandle is a Bound PV of driver named name whose volume handle is
+// handle.
+func pvWithHandle(name, driver, handle string) *corev1.PersistentVolume {
+	pv := testutil.NewPV(name, driver).Class(testClass).ClaimRef(testNS, "other", "uid-other").Phase(corev1.VolumeBound).Obj()
+	pv.Spec.CSI.VolumeHandle = handle
+	return pv
+}
+
+// TestDuplicateVolumeHandle covers a driver that answers CreateVolume with
+// the ID of a volume another PV of the driver already records (it ignored
+// the name, or derives IDs from something that is not unique): recording
+// it would give two claims one volume, and deleting either claim would
+// delete the other's data. The volume is neither recorded nor deleted
+// (not even when it is also too small), and the claim keeps its in-flight
+// finalizer.
+func TestDuplicateVolumeHandle(t *testing.T) {
+	tests := []struct {
+		name     string
+		existing []runtime.Object
+		// before is a claim provisioned first by the same process, whose
+		// PV the informer has not seen yet.
+		before bool
+		// deleteBefore deletes the first claim's volume before the claim
+		// is provisioned (a driver may reuse IDs of deleted volumes).
+		deleteBefore bool
+		capacity     int64
+		wantState    controller.ProvisioningState
+		wantErr      string
+	}{
+		{
+			name: "held by another PV of the driver", existing: objs(pvWithHandle("pv-other", testDriver, "vol-1")),
+			wantState: controller.ProvisioningInBackground,
+			wantErr:   `CSI driver ` + testDriver + ` returned volume ID "vol-1" for volume pvc-uid-c, but PersistentVolume pv-other already records that volume`,
+		},
+		{
+			name: "held by another PV and smaller than requested: not deleted", existing: objs(pvWithHandle("pv-other", testDriver, "vol-1")),
+			capacity: 1024, wantState: controller.ProvisioningInBackground, wantErr: "PersistentVolume pv-other already records that volume",
+		},
+		{
+			name: "returned for a claim provisioned a moment before", before: true,
+			wantState: controller.ProvisioningInBackground, wantErr: "PersistentVolume pvc-uid-first already records that volume",
+		},
+		{name: "reused after the first claim's volume was deleted", before: true, deleteBefore: true, wantState: controller.ProvisioningFinished},
+		{name: "held by a PV of another driver", existing: objs(pvWithHandle("pv-other", "other.example.com", "vol-1")), wantState: controller.ProvisioningFinished},
+		{name: "held by the claim's own PV (a retry)", existing: objs(pvWithHandle("pvc-uid-c", testDriver, "vol-1")), wantState: controller.ProvisioningFinished},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim, first, class := newClaim("c").Finalizers(inflight.Finalizer).Obj(), newClaim("first").Finalizers(inflight.Finalizer).Obj(), newClass().Obj()
+			h := newHarness(t, baseCaps(), append(tt.existing, claim, first, class))
+			answer := createAnswer{vol: &csi.Volume{VolumeId: "vol-1", CapacityBytes: gi}}
+			if tt.capacity != 0 {
+				answer.vol.CapacityBytes = tt.capacity
+			}
+			if tt.before {
+				h.driver.createAnswers = []createAnswer{answer}
+				pv, _, err := h.provision(first, class)
+				if err != nil || pv == nil {
+					t.Fatalf("Provision of the first claim = %v, %v", pv, err)
+				}
+				if tt.deleteBefore {
+					if err := h.p.Delete(h.ctx, pv); err != nil {
+						t.Fatalf("Delete of the first claim's volume: %v", err)
+					}
+					h.driver.deletes = nil
+				}
+			}
+			h.driver.createAnswers = []createAnswer{answer}
+
+			pv, state, err := h.provision(claim, class)
+			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
+				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)
+			}
+			if (pv == nil) != (tt.wantErr != "") {
+				t.Errorf("PV = %v, want one only without an error", pv)
+			}
+			if n := len(h.driver.deleteCalls()); n != 0 {
+				t.Errorf("DeleteVolume calls = %d, want none: the volume is another PV's", n)
+			}
+			if !inflight.Has(h.liveClaim(claim)) {
+				t.Error("the claim lost its in-flight finalizer")
+			}
+		})
+	}
+}

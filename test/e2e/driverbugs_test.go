@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// buggyDriver is a CSI controller whose CreateVolume and DeleteVolume
+// answers a test scripts, to see how the sidecar treats a driver under
+// development that answers wrongly. It records the calls.
+type buggyDriver struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	name   string
+	create func(*csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
+	delete func(*csi.DeleteVolumeRequest) error // nil: success
+
+	mu      sync.Mutex
+	creates []string // names
+	deletes []string // volume IDs
+}
+
+var (
+	_ csi.IdentityServer   = (*buggyDriver)(nil)
+	_ csi.ControllerServer = (*buggyDriver)(nil)
+)
+
+func (d *buggyDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: d.name, VendorVersion: "0.0.1"}, nil
+}
+
+func (d *buggyDriver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+}
+
+func (d *buggyDriver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
+		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
+	}}}, nil
+}
+
+func (d *buggyDriver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
+		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
+	}}}, nil
+}
+
+func (d *buggyDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	d.mu.Lock()
+	d.creates = append(d.creates, req.GetName())
+	d.mu.Unlock()
+	return d.create(req)
+}
+
+func (d *buggyDriver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	d.mu.Lock()
+	d.deletes = append(d.deletes, req.GetVolumeId())
+	d.mu.Unlock()
+	if d.delete != nil {
+		if err := d.delete(req); err != nil {
+			return nil, err
+		}
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleted returns the volume IDs DeleteVolume was called with.
+func (d *buggyDriver) deleted() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.deletes)
+}
+
+// startBuggy serves d on a unix socket of the test and starts the sidecar
+// against it; it returns a stack for the namespace ns (no hostpath
+// driver: s.driver is nil).
+func startBuggy(t *testing.T, cp *controlplane.ControlPlane, ns string, d *buggyDriver, args ...string) *stack {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, d)
+	csi.RegisterControllerServer(srv, d)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	// Registered after srv.Stop, so the sidecar stops first.
+	sidecar := startSidecarFor(t, cp, socket, append([]string{"--retry-interval-start=200ms", "--retry-interval-max=2s"}, args...)...)
+	return &stack{t: t, cp: cp, c: cp.Client(), ns: ns, sidecar: sidecar}
+}
+
+// TestDriverReturnsAnotherClaimsVolume: a driver that answers every
+// CreateVolume with the same volume ID (it ignores the name). The first
+// claim gets the volume; the second must not get a PV of it (two claims
+// would share the data, and deleting either would delete the other's): it
+// stays Pending with a Warning naming the driver, the ID and the PV that
+// has it, and no DeleteVolume is sent for the volume the first claim uses.
+func TestDriverReturnsAnotherClaimsVolume(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	c := cp.Client()
+	ns := generatedNamespace(t, c, "same-id-")
+	d := &buggyDriver{name: ns + ".buggy.csi.kube-storage.io", create: func(req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+		return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-same", CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}}, nil
+	}}
+	s := startBuggy(t, cp, ns, d)
+	sc := testutil.CreateClass(t, c, testutil.NewSC(ns, d.name).Obj())
+
+	s.claim(testutil.NewPVC(ns, "first").Class(sc.Name).Size("1Gi"))
+	_, pv := s.waitBound("first")
+	second := s.claim(testutil.NewPVC(ns, "second").Class(sc.Name).Size("1Gi"))
+	s.waitEvent(ns, string(second.UID), "Warning", "ProvisioningFailed",
+		`CSI driver `+d.name+` returned volume ID "vol-same" for volume pvc-`+string(second.UID)+`, but PersistentVolume `+pv.Name+` already records that volume`)
+
+	if got, err := c.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), second.Name, metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.ClaimPending {
+		t.Fatalf("second claim = %v, %v; want Pending", got.Status.Phase, err)
+	}
+	if got := d.deleted(); len(got) != 0 {
+		t.Fatalf("DeleteVolume calls %q while the first claim uses the volume", got)
+	}
+	// The second claim, deleted, keeps the in-flight finalizer: the
+	// driver may have created a volume of its name that it did not
+	// report. The first claim's deletion deletes the one volume once.
+	s.deleteAndWaitClaimOnly("first", pv.Name)
+	if got := d.deleted(); !slices.Equal(got, []string{"vol-same"}) {
+		t.Errorf("DeleteVolume calls %q, want one for vol-same", got)
+	}
+}
+
+// deleteAndWaitClaimOnly deletes the claim and waits until it and its PV
+// are gone (for stacks without a hostpath driver to list).
+func (s *stack) deleteAndWaitClaimOnly(name, pvName string) {
+	s.t.Helper()
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.waitClaimGone(name, "claim "+name+" not deleted")
+	testutil.Eventually(s.t, 0, "PV "+pvName+" not deleted", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		return ignoreNotFound(err) == nil && err != nil, ignoreNotFound(err)
+	})
+}
