@@ -6,10 +6,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,4 +156,39 @@ func (s *stack) deleteAndWaitClaimOnly(name, pvName string) {
 		_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		return ignoreNotFound(err) == nil && err != nil, ignoreNotFound(err)
 	})
+}
+
+// TestDriverDeleteVolumeAnswers: a driver whose DeleteVolume first refuses
+// (FAILED_PRECONDITION: the volume has snapshots) and then answers
+// NOT_FOUND for the volume, which CSI says must be OK. The refusals are
+// explained on the PV and retried with backoff; NOT_FOUND counts as
+// deleted, so the PV goes (it stayed Released for ever before), and
+// DeleteVolume is not called again.
+func TestDriverDeleteVolumeAnswers(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	c := cp.Client()
+	ns := generatedNamespace(t, c, "delete-answers-")
+	var refusals atomic.Int32
+	d := &buggyDriver{
+		name: ns + ".buggy.csi.kube-storage.io",
+		create: func(req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+			return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-" + req.GetName(), CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}}, nil
+		},
+		delete: func(*csi.DeleteVolumeRequest) error {
+			if refusals.Add(1) <= 2 {
+				return status.Error(codes.FailedPrecondition, "volume has snapshots")
+			}
+			return status.Error(codes.NotFound, "no such volume")
+		},
+	}
+	s := startBuggy(t, cp, ns, d)
+	sc := testutil.CreateClass(t, c, testutil.NewSC(ns, d.name).Obj())
+	s.claim(testutil.NewPVC(ns, "data").Class(sc.Name).Size("1Gi"))
+	_, pv := s.waitBound("data")
+
+	s.deleteAndWaitClaimOnly("data", pv.Name)
+	s.waitEvent("", string(pv.UID), "Warning", "VolumeFailedDelete", "volume has snapshots")
+	if got, want := d.deleted(), []string{pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.VolumeHandle}; !slices.Equal(got, want) {
+		t.Errorf("DeleteVolume calls %q, want %q", got, want)
+	}
 }
