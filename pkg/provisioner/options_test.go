@@ -49,6 +49,15 @@ func TestNewValidation(t *testing.T) {
 		{name: "empty identity", caps: baseCaps(), opts: []Option{WithIdentity("")}, wantErr: "identity must not be empty"},
 		{name: "nil clock", caps: baseCaps(), opts: []Option{WithClock(nil)}, wantErr: "clock must not be nil"},
 		{name: "driver without name", caps: csiclient.Capabilities{}, wantErr: "reports no name"},
+		{name: "driver name with capitals", caps: csiclient.Capabilities{DriverName: "Test.CSI.example.com"}},
+		{
+			name: "driver name with an underscore", caps: csiclient.Capabilities{DriverName: "my_driver.example.com"},
+			wantErr: `the CSI driver reports the name "my_driver.example.com", which no PersistentVolume can name (spec.csi.driver: a lowercase RFC 1123 subdomain must consist of`,
+		},
+		{
+			name: "driver name of 64 characters", caps: csiclient.Capabilities{DriverName: strings.Repeat("a", 52) + ".example.com"},
+			wantErr: "must be no more than 63 characters",
+		},
 		{name: "retry start above max", caps: baseCaps(), opts: []Option{WithRetryIntervals(time.Minute, time.Second)}, wantErr: "retry intervals: start 1m0s must not be negative nor above max 1s"},
 		{
 			name: "all errors joined", caps: baseCaps(),

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -110,6 +111,9 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	caps := driver.Capabilities()
 	if caps.DriverName == "" {
 		return nil, errors.New("new provisioner: the driver reports no name")
+	}
+	if err := checkDriverName(caps.DriverName); err != nil {
+		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -343,4 +347,22 @@ func attachmentByVolume(obj interface{}) ([]string, error) {
 		return nil, nil
 	}
 	return []string{*va.Spec.Source.PersistentVolumeName}, nil
+}
+
+// checkDriverName fails for a driver name that no PV can carry in
+// spec.csi.driver (the API server's rule: at most 63 characters, and a
+// DNS-1123 subdomain once lowercased; CSI's own rule is nearly the same).
+// With such a name every PV create would be refused, after CreateVolume
+// made the volume, and the library retries the create in the background
+// without a word on the claim.
+func checkDriverName(name string) error {
+	msgs := validation.IsDNS1123Subdomain(strings.ToLower(name))
+	if len(name) > 63 {
+		msgs = append(msgs, validation.MaxLenError(63))
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("the CSI driver reports the name %q, which no PersistentVolume can name (spec.csi.driver: %s): fix the name the driver's GetPluginInfo returns",
+			name, strings.Join(msgs, "; "))
+	}
+	return nil
 }

@@ -5,9 +5,11 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -190,5 +193,48 @@ func TestDriverDeleteVolumeAnswers(t *testing.T) {
 	s.waitEvent("", string(pv.UID), "Warning", "VolumeFailedDelete", "volume has snapshots")
 	if got, want := d.deleted(), []string{pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.VolumeHandle}; !slices.Equal(got, want) {
 		t.Errorf("DeleteVolume calls %q, want %q", got, want)
+	}
+}
+
+// TestDriverNameNoVolumeCanCarry: a driver whose GetPluginInfo name has an
+// underscore. No PV can name it in spec.csi.driver, so every volume
+// created would stay without a PV (the PV create refused and retried in
+// the background, with nothing on the claim): the sidecar exits at start
+// saying why instead.
+func TestDriverNameNoVolumeCanCarry(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	d := &buggyDriver{name: "my_driver.buggy.csi.kube-storage.io", create: func(*csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+		t.Error("CreateVolume called")
+		return nil, status.Error(codes.Internal, "not expected")
+	}}
+	socket := filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, d)
+	csi.RegisterControllerServer(srv, d)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	bins, err := e2e.Build(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: cp.KubeconfigPath, Socket: socket, LogPath: filepath.Join(filepath.Dir(socket), "sidecar.log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sidecar.Stop(10 * time.Second) })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := sidecar.WaitExit(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("the sidecar did not fail at start: %v", err)
+	}
+	want := `the CSI driver reports the name "my_driver.buggy.csi.kube-storage.io", which no PersistentVolume can name`
+	if log := controlplane.TailFile(sidecar.LogPath, 20); !strings.Contains(log, want) {
+		t.Errorf("sidecar log does not contain %q:\n%s", want, log)
 	}
 }
