@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -146,8 +148,11 @@ func newHarness(t *testing.T, caps csiclient.Capabilities, objs []runtime.Object
 			t.Fatalf("informer of %v did not sync", typ)
 		}
 	}
-	if !p.HasSynced() {
-		t.Fatal("HasSynced is false after the informers synced")
+	// Event handlers (the volume handle counts) sync a moment after
+	// their informer.
+	synced := func(context.Context) (bool, error) { return p.HasSynced(), nil }
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, time.Minute, true, synced); err != nil {
+		t.Fatalf("HasSynced is false after the informers synced: %v", err)
 	}
 	client.ClearActions()
 	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))

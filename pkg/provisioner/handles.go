@@ -3,48 +3,138 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
-	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 )
 
-// indexVolumeByHandle indexes the CSI PVs of this driver by volume handle.
-const indexVolumeByHandle = "csi-provisioner.provisioner/volume-handle"
-
-// recentHandleTTL is how long a volume recorded by this process is
-// remembered by handle: longer than the informer takes to see the PV the
-// library saves (the library's queue retries a failed save within
-// seconds while the API server is up).
-const recentHandleTTL = 5 * time.Minute
-
-// volumeByHandle is the index function of indexVolumeByHandle.
-func (p *Provisioner) volumeByHandle(obj any) ([]string, error) {
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name || pv.Spec.CSI.VolumeHandle == "" {
-		return nil, nil
-	}
-	return []string{pv.Spec.CSI.VolumeHandle}, nil
-}
+// pendingHandleTTL is how long a volume recorded by this process is
+// remembered by handle if the informer never shows its PV (the library
+// gave up saving it, or deleted the volume through a path that did not
+// reach Delete): longer than the informer takes to see a PV the library
+// saves (its queue retries a failed save within seconds while the API
+// server is up).
+const pendingHandleTTL = 5 * time.Minute
 
 // handleRecords guards against a driver that answers CreateVolume with the
 // ID of a volume another PV already records: two PVs of one volume would
 // give two claims the same data, and deleting either would delete the
-// other's. It knows the PVs in the informer (by index) and the volumes
-// this process recorded whose PV the informer may not have yet.
+// other's.
+//
+// It costs next to nothing per volume, because the check runs for every
+// volume and almost never finds anything: an informer index by handle
+// would keep a set of about 250 bytes per PV (see internal/volindex).
+// Instead, counts holds, per hash of a handle, how many PVs of this
+// driver in the informer record it; only a count that the PV being
+// checked does not explain by itself makes a lookup walk the informer's
+// PVs. pending holds the volumes this process recorded whose PV the
+// informer has not shown yet, by handle, until it does.
 type handleRecords struct {
-	mu     sync.Mutex
-	recent *utilcache.Expiring // handle → name of the PV recorded for it
+	clock clock.Clock
+	seed  maphash.Seed
+
+	mu        sync.Mutex
+	counts    map[uint64]int32
+	pending   map[string]pendingHandle
+	lastSweep time.Time
+}
+
+// pendingHandle is a volume this process recorded for PV pv at time at.
+type pendingHandle struct {
+	pv string
+	at time.Time
 }
 
 func newHandleRecords(clk clock.Clock) *handleRecords {
-	return &handleRecords{recent: utilcache.NewExpiringWithClock(clk)}
+	return &handleRecords{
+		clock: clk, seed: maphash.MakeSeed(), counts: map[uint64]int32{}, pending: map[string]pendingHandle{},
+		lastSweep: clk.Now(),
+	}
+}
+
+// trackHandles keeps the counts of p.handles up to date with the volume
+// informer. The registration's HasSynced is added to p.hasSynced.
+func (p *Provisioner) trackHandles() error {
+	reg, err := p.volumeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { p.countHandle(obj, 1) },
+		UpdateFunc: func(old, cur any) {
+			// The volume source of a PV is immutable; a handle changes
+			// only with a delete and re-create under the same name.
+			if p.driverHandle(old) != p.driverHandle(cur) {
+				p.countHandle(old, -1)
+				p.countHandle(cur, 1)
+			} else {
+				p.handles.seen(cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			p.countHandle(obj, -1)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("track volume handles: %w", err)
+	}
+	p.hasSynced = append(p.hasSynced, reg.HasSynced)
+	return nil
+}
+
+// driverHandle is the volume handle of obj, a PV of this driver, or "".
+func (p *Provisioner) driverHandle(obj any) string {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+		return ""
+	}
+	return pv.Spec.CSI.VolumeHandle
+}
+
+// countHandle adds delta to the count of obj's handle, if it is a PV of
+// this driver, and drops the pending record its appearance settles.
+func (p *Provisioner) countHandle(obj any, delta int32) {
+	handle := p.driverHandle(obj)
+	if handle == "" {
+		return
+	}
+	r := p.handles
+	key := maphash.String(r.seed, handle)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := r.counts[key] + delta; n > 0 {
+		r.counts[key] = n
+	} else {
+		delete(r.counts, key)
+	}
+	if delta > 0 {
+		r.seenLocked(handle, obj.(*corev1.PersistentVolume).Name)
+	}
+}
+
+// seen drops the pending record of obj's handle once the informer shows
+// the PV it was recorded for.
+func (r *handleRecords) seen(obj any) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.CSI == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seenLocked(pv.Spec.CSI.VolumeHandle, pv.Name)
+}
+
+func (r *handleRecords) seenLocked(handle, pvName string) {
+	if rec, ok := r.pending[handle]; ok && rec.pv == pvName {
+		delete(r.pending, handle)
+	}
 }
 
 // claimHandle records that the PV named pvName records the volume
@@ -52,12 +142,22 @@ func newHandleRecords(clk clock.Clock) *handleRecords {
 // returns that PV's name and records nothing. Calls are serialized, so two
 // claims answered with one ID at the same time cannot both pass.
 func (p *Provisioner) claimHandle(handle, pvName string) string {
-	p.handles.mu.Lock()
-	defer p.handles.mu.Unlock()
+	r := p.handles
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if other := p.handleHolderLocked(handle, pvName); other != "" {
 		return other
 	}
-	p.handles.recent.Set(handle, pvName, recentHandleTTL)
+	now := r.clock.Now()
+	r.pending[handle] = pendingHandle{pv: pvName, at: now}
+	if now.Sub(r.lastSweep) >= pendingHandleTTL {
+		r.lastSweep = now
+		for k, rec := range r.pending {
+			if now.Sub(rec.at) >= pendingHandleTTL {
+				delete(r.pending, k)
+			}
+		}
+	}
 	return ""
 }
 
@@ -71,45 +171,46 @@ func (p *Provisioner) handleHolder(handle, pvName string) string {
 }
 
 func (p *Provisioner) handleHolderLocked(handle, pvName string) string {
-	if other := p.otherVolumeWithHandle(handle, pvName); other != "" {
-		return other
+	r := p.handles
+	if rec, ok := r.pending[handle]; ok && rec.pv != pvName && r.clock.Since(rec.at) < pendingHandleTTL {
+		return rec.pv
 	}
-	if v, ok := p.handles.recent.Get(handle); ok {
-		if other, _ := v.(string); other != pvName {
-			return other
-		}
+	n := r.counts[maphash.String(r.seed, handle)]
+	if n == 0 || (n == 1 && p.driverHandle(p.cachedVolume(pvName)) == handle) {
+		return "" // nobody, or only pvName itself
 	}
-	return ""
-}
-
-// forgetHandle drops the record of handle once its volume is deleted: a
-// driver may give the ID to a new volume later.
-func (p *Provisioner) forgetHandle(handle, pvName string) {
-	p.handles.mu.Lock()
-	defer p.handles.mu.Unlock()
-	if v, ok := p.handles.recent.Get(handle); ok && v == pvName {
-		p.handles.recent.Delete(handle)
-	}
-}
-
-// otherVolumeWithHandle returns the name of a PV of this driver, other
-// than pvName, that records the volume handle ("" when none does; the
-// first by name when several do).
-func (p *Provisioner) otherVolumeWithHandle(handle, pvName string) string {
-	objs, err := p.volumeInf.GetIndexer().ByIndex(indexVolumeByHandle, handle)
-	if err != nil {
-		return ""
-	}
+	// Another PV of this driver records the handle, or one with the same
+	// hash: look.
 	var names []string
-	for _, obj := range objs {
-		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Name != pvName {
-			names = append(names, pv.Name)
+	for _, obj := range p.volumeInf.GetStore().List() {
+		if p.driverHandle(obj) == handle {
+			if name := obj.(*corev1.PersistentVolume).Name; name != pvName {
+				names = append(names, name)
+			}
 		}
 	}
 	if len(names) == 0 {
 		return ""
 	}
 	return slices.Min(names)
+}
+
+// cachedVolume is the PV named name in the informer, or nil.
+func (p *Provisioner) cachedVolume(name string) any {
+	obj, exists, err := p.volumeInf.GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return nil
+	}
+	return obj
+}
+
+// forgetHandle drops the record of handle once its volume is deleted: a
+// driver may give the ID to a new volume later.
+func (p *Provisioner) forgetHandle(handle, pvName string) {
+	r := p.handles
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seenLocked(handle, pvName)
 }
 
 // duplicateHandleError is the error of a CreateVolume answer whose volume

@@ -1,11 +1,15 @@
 package provisioner
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -96,5 +100,58 @@ func TestDuplicateVolumeHandle(t *testing.T) {
 				t.Error("the claim lost its in-flight finalizer")
 			}
 		})
+	}
+}
+
+// TestHandleCountsFollowTheInformer: the counts behind handleHolder follow
+// the PVs of the driver as the informer adds, updates and deletes them,
+// so that a volume handle is held exactly while a PV of this driver
+// records it, and a PV never holds its own handle against itself.
+func TestHandleCountsFollowTheInformer(t *testing.T) {
+	h := newHarness(t, baseCaps(), nil)
+	pvs := h.client.CoreV1().PersistentVolumes()
+	holder := func() string { return h.p.handleHolder("vol-1", "pv-new") }
+	waitHolder := func(want string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return holder() == want, nil
+		})
+		if err != nil {
+			t.Fatalf("handleHolder = %q, want %q", holder(), want)
+		}
+	}
+
+	if _, err := pvs.Create(t.Context(), pvWithHandle("pv-other-driver", "other.example.com", "vol-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := pvs.Create(t.Context(), pvWithHandle("pv-a", testDriver, "vol-1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHolder("pv-a")
+	if got := h.p.handleHolder("vol-1", "pv-a"); got != "" {
+		t.Errorf("handleHolder of pv-a's own handle = %q, want none", got)
+	}
+	// An update (here the claimRef) counts nothing twice.
+	a.Spec.ClaimRef = nil
+	if _, err := pvs.Update(t.Context(), a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pvs.Create(t.Context(), pvWithHandle("pv-b", testDriver, "vol-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder("pv-a") // the first by name of two
+	if err := pvs.Delete(t.Context(), "pv-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder("pv-b")
+	if err := pvs.Delete(t.Context(), "pv-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder("")
+	h.p.handles.mu.Lock()
+	defer h.p.handles.mu.Unlock()
+	if n := len(h.p.handles.counts); n != 0 {
+		t.Errorf("%d handle counts left once every PV of the driver is gone, want none", n)
 	}
 }

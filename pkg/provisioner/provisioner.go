@@ -39,7 +39,6 @@ const (
 // Names of the indexers the provisioner adds to the shared informers.
 const (
 	indexAttachmentByVolume = "csi-provisioner.provisioner/volume-name"
-	// indexVolumeByHandle is in handles.go.
 )
 
 // Annotations, attributes and messages, upstream's strings.
@@ -170,8 +169,8 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
 	p.volumes = volumeIndex
-	if err := p.volumeInf.AddIndexers(cache.Indexers{indexVolumeByHandle: p.volumeByHandle}); err != nil {
-		return nil, fmt.Errorf("new provisioner: add volume handle indexer: %w", err)
+	if err := p.trackHandles(); err != nil {
+		return nil, fmt.Errorf("new provisioner: %w", err)
 	}
 	switch {
 	case caps.VolumeAccessibility && p.node != nil:
