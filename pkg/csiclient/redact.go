@@ -20,22 +20,54 @@ const stripped = "***stripped***"
 // a driver that formats the request into its error message (with %v, say)
 // would otherwise put them into the sidecar's events and logs, where
 // protosanitizer, which only sees the request, cannot help.
-type redactor struct{ r *strings.Replacer }
+type redactor struct{ values []string }
 
 // newRedactor returns the redactor of secrets; nil when there are none to
-// replace. Longer values are replaced first, so that a value containing
-// another is stripped whole.
+// replace.
 func newRedactor(secrets map[string]string) *redactor {
 	values := slices.DeleteFunc(slices.Collect(maps.Values(secrets)), func(v string) bool { return v == "" })
 	if len(values) == 0 {
 		return nil
 	}
-	slices.SortFunc(values, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	pairs := make([]string, 0, 2*len(values))
-	for _, v := range slices.Compact(values) {
-		pairs = append(pairs, v, stripped)
+	slices.Sort(values)
+	return &redactor{values: slices.Compact(values)}
+}
+
+// replace returns s with every byte that lies in an occurrence of a secret
+// value replaced: each run of such bytes becomes one marker. Occurrences
+// that overlap (secrets "ab" and "bcd" in "abcd", or "aa" twice in "aaa")
+// are stripped together, so no part of either survives; a single-pass
+// replacement would keep what follows the first match.
+func (r *redactor) replace(s string) string {
+	type span struct{ start, end int }
+	var spans []span
+	for _, v := range r.values {
+		for from := 0; from < len(s); {
+			i := strings.Index(s[from:], v)
+			if i < 0 {
+				break
+			}
+			spans = append(spans, span{from + i, from + i + len(v)})
+			from += i + 1
+		}
 	}
-	return &redactor{strings.NewReplacer(pairs...)}
+	if len(spans) == 0 {
+		return s
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
+	var b strings.Builder
+	kept := 0 // s[:kept] is written
+	for i := 0; i < len(spans); {
+		start, end := spans[i].start, spans[i].end
+		for i++; i < len(spans) && spans[i].start <= end; i++ {
+			end = max(end, spans[i].end)
+		}
+		b.WriteString(s[kept:start])
+		b.WriteString(stripped)
+		kept = end
+	}
+	b.WriteString(s[kept:])
+	return b.String()
 }
 
 // context returns ctx with its logger wrapped so that what csi-lib-utils
@@ -69,7 +101,7 @@ func (r *redactor) error(err error) error {
 	if !ok {
 		return err
 	}
-	msg := r.r.Replace(st.Message())
+	msg := r.replace(st.Message())
 	if msg == st.Message() {
 		return err
 	}
@@ -82,11 +114,11 @@ func (r *redactor) error(err error) error {
 func (r *redactor) value(v any) any {
 	switch v := v.(type) {
 	case error:
-		if s := r.r.Replace(v.Error()); s != v.Error() {
+		if s := r.replace(v.Error()); s != v.Error() {
 			return errors.New(s)
 		}
 	case string:
-		return r.r.Replace(v)
+		return r.replace(v)
 	}
 	return v
 }
@@ -112,14 +144,14 @@ func (s redactingSink) redact(kv []any) []any {
 }
 
 func (s redactingSink) Info(level int, msg string, kv ...any) {
-	s.LogSink.Info(level, s.r.r.Replace(msg), s.redact(kv)...)
+	s.LogSink.Info(level, s.r.replace(msg), s.redact(kv)...)
 }
 
 func (s redactingSink) Error(err error, msg string, kv ...any) {
 	if err != nil {
 		err, _ = s.r.value(err).(error)
 	}
-	s.LogSink.Error(err, s.r.r.Replace(msg), s.redact(kv)...)
+	s.LogSink.Error(err, s.r.replace(msg), s.redact(kv)...)
 }
 
 func (s redactingSink) WithValues(kv ...any) logr.LogSink {
