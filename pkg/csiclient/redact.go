@@ -1,15 +1,18 @@
 package csiclient
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
-	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
 )
 
@@ -23,14 +26,38 @@ const stripped = "***stripped***"
 type redactor struct{ values []string }
 
 // newRedactor returns the redactor of secrets; nil when there are none to
-// replace.
+// replace. Besides each value as it is, it replaces the value as quoted
+// strings show it: a request formatted with %v (its protobuf text format)
+// escapes a quote, a backslash, a newline or an invalid byte, as %q and
+// JSON escape the first three.
 func newRedactor(secrets map[string]string) *redactor {
-	values := slices.DeleteFunc(slices.Collect(maps.Values(secrets)), func(v string) bool { return v == "" })
+	var values []string
+	for _, v := range secrets {
+		if v == "" {
+			continue
+		}
+		q := strconv.Quote(v)
+		values = append(values, v, textQuoted(v), q[1:len(q)-1])
+	}
 	if len(values) == 0 {
 		return nil
 	}
 	slices.Sort(values)
 	return &redactor{values: slices.Compact(values)}
+}
+
+// textQuoted returns v as the protobuf text format writes it between its
+// quotes; v when it cannot be written.
+func textQuoted(v string) string {
+	b, err := prototext.Marshal(wrapperspb.String(v))
+	if err != nil {
+		return v
+	}
+	i, j := bytes.IndexByte(b, '"'), bytes.LastIndexByte(b, '"')
+	if i < 0 || j <= i {
+		return v
+	}
+	return string(b[i+1 : j])
 }
 
 // replace returns s with every byte that lies in an occurrence of a secret

@@ -2,6 +2,8 @@ package csiclient
 
 import (
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,8 +14,8 @@ import (
 // FuzzRedact strips two secret values from a driver's error message.
 // Invariants: the code is kept; every byte of the message that lies in an
 // occurrence of a non-empty secret is gone, overlapping occurrences
-// included, and each run of such bytes is one marker, the rest of the
-// message kept as it is (checked against a byte mask built here); a
+// included (a secret's quoted forms count as occurrences), and each run of
+// such bytes is one marker, the rest of the message kept as it is (checked against a byte mask built here); a
 // message without a secret comes back as the very same error. Text that
 // only resembles part of a secret ("passwor" for "password") is not an
 // occurrence and stays: no length N below a secret's own can be promised
@@ -26,6 +28,7 @@ func FuzzRedact(f *testing.F) {
 	f.Add("ab", "bcdefgh", "abcdefgh")
 	f.Add("aa", "", "aaa")
 	f.Add("ab", "cd", "xabcdx")
+	f.Add("a\"b", "c\\d", `value:"a\"b" value:"c\\d" map[a:a"b]`)
 	f.Fuzz(func(t *testing.T, s1, s2, msg string) {
 		r := newRedactor(map[string]string{"a": s1, "b": s2})
 		in := status.Error(codes.InvalidArgument, msg)
@@ -40,10 +43,17 @@ func FuzzRedact(f *testing.F) {
 			}
 			return
 		}
-		if want := maskSecrets(msg, s1, s2); st.Message() != want {
+		var forms []string
+		for _, v := range []string{s1, s2} {
+			if v != "" {
+				q := strconv.Quote(v)
+				forms = append(forms, v, q[1:len(q)-1], textQuoted(v))
+			}
+		}
+		if want := maskSecrets(msg, forms...); st.Message() != want {
 			t.Errorf("secrets %q, %q in %q: got %q, want %q", s1, s2, msg, st.Message(), want)
 		}
-		if (s1 == "" || !strings.Contains(msg, s1)) && (s2 == "" || !strings.Contains(msg, s2)) && !errors.Is(out, in) {
+		if !slices.ContainsFunc(forms, func(v string) bool { return strings.Contains(msg, v) }) && !errors.Is(out, in) {
 			t.Errorf("message without secrets changed: %q", st.Message())
 		}
 	})
@@ -54,7 +64,7 @@ func FuzzRedact(f *testing.F) {
 // marker for each run of marked bytes.
 func maskSecrets(msg string, secrets ...string) string {
 	covered := make([]bool, len(msg))
-	for i := range msg {
+	for i := range len(msg) { // bytes, not runes
 		for _, s := range secrets {
 			if s != "" && strings.HasPrefix(msg[i:], s) {
 				for j := range len(s) {
@@ -64,7 +74,7 @@ func maskSecrets(msg string, secrets ...string) string {
 		}
 	}
 	var b strings.Builder
-	for i := range msg {
+	for i := range len(msg) { // bytes, not runes
 		switch {
 		case !covered[i]:
 			b.WriteByte(msg[i])

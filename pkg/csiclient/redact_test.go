@@ -20,8 +20,10 @@ import (
 // and the client's own logs at V(5), must not carry the secret values,
 // while the call's gRPC code, and so its class, stays the driver's.
 func TestDriverErrorEchoingSecrets(t *testing.T) {
-	const secret, other = "s3cr3t-value", "0th3r-s3cr3t"
-	secrets := map[string]string{"password": secret, "token": other}
+	// The third value has characters that the request's text format
+	// escapes: %v of the request shows `p\"w\\d\n1`, not the value.
+	const secret, other, escaped = "s3cr3t-value", "0th3r-s3cr3t", "p\"w\\d\n1"
+	secrets := map[string]string{"password": secret, "token": other, "key": escaped}
 	echo := func(req fmt.Stringer) error {
 		return status.Errorf(codes.Internal, "cannot handle request %v", req)
 	}
@@ -78,7 +80,7 @@ func TestDriverErrorEchoingSecrets(t *testing.T) {
 			if !strings.Contains(out, "cannot handle request") {
 				t.Errorf("the logs do not show the driver's error: the check below proves nothing\n%s", out)
 			}
-			for _, v := range []string{secret, other} {
+			for _, v := range []string{secret, other, escaped, `p\"w\\d\n1`} {
 				if strings.Contains(msg, v) {
 					t.Errorf("the error carries the secret %q: %s", v, msg)
 				}
