@@ -56,7 +56,9 @@
 // that way, and some drivers format the request into it: CreateVolume and
 // DeleteVolume replace the values of the request's secrets in the error they
 // return, and in what is logged during the call, by "***stripped***" too,
-// keeping the gRPC code. With [WithMetrics], every call is recorded in
+// keeping the gRPC code. Every occurrence is replaced, wherever it is: a
+// secret of a character or two ("1", "ab") also strips those characters
+// from the driver's own words, which is the price of never showing it. With [WithMetrics], every call is recorded in
 // csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}.
 // Connect sets the manager's driver name once GetPluginInfo has answered; the
 // probes before it carry the manager's initial name ("unknown-driver" for a
