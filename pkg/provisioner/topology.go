@@ -329,8 +329,11 @@ func nodeAffinity(accessible []*csi.Topology) *corev1.VolumeNodeAffinity {
 // sends the identical request even if a Node or CSINode changed or
 // vanished meanwhile (a different request for the same name could leak
 // the first volume). An entry is added when a CreateVolume is sent and
-// dropped on success, on a final answer and on rescheduling. Every read and
-// write copies the requirement: callers never share memory with the cache.
+// dropped on success, on a final answer, on rescheduling and when the claim
+// is deleted (forgetClaim: a claim whose in-flight finalizer was removed
+// by hand, or that was bound elsewhere, gets no further answer). Every
+// read and write copies the requirement: callers never share memory with
+// the cache.
 type topologyCache struct {
 	mu      sync.Mutex
 	entries map[types.UID]*csi.TopologyRequirement // a nil value is a cached "no requirements"

@@ -1,6 +1,7 @@
 package provisioner
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -307,6 +309,36 @@ func TestTopologyCache(t *testing.T) {
 	// Without the cache the vanished node now means rescheduling.
 	if _, state, err := h.provision(claim, class); state != controller.ProvisioningReschedule || !apierrors.IsNotFound(err) {
 		t.Errorf("after the final answer: %v, %v; want Reschedule with NotFound", state, err)
+	}
+}
+
+// TestTopologyCacheForgottenWithClaim: the requirements cached for a
+// claim whose CreateVolume got no final answer are dropped when the claim
+// is deleted (also through a tombstone). Nothing else drops them once the
+// claim is gone: no further Provision for it reaches CreateVolume, so a
+// sidecar that runs for months kept one entry per such claim for ever.
+func TestTopologyCacheForgottenWithClaim(t *testing.T) {
+	for _, tombstone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tombstone=%v", tombstone), func(t *testing.T) {
+			claim := newClaim("c").Annotation(storagehelpers.AnnSelectedNode, "n2").Finalizers(inflight.Finalizer).Obj()
+			class := newClass().WaitForFirstConsumer().Obj()
+			h := newHarness(t, topologyCaps(), append(cluster(), claim, class))
+			h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}}
+			if _, state, _ := h.provision(claim, class); state != controller.ProvisioningInBackground {
+				t.Fatalf("state = %v, want InBackground", state)
+			}
+			if _, ok := h.p.topologies.get(claim.UID); !ok {
+				t.Fatal("no cached topology after InProgress")
+			}
+			var deleted interface{} = claim
+			if tombstone {
+				deleted = cache.DeletedFinalStateUnknown{Key: claim.Namespace + "/" + claim.Name, Obj: claim}
+			}
+			h.p.forgetClaim(deleted)
+			if _, ok := h.p.topologies.get(claim.UID); ok {
+				t.Error("topology of a deleted claim still cached")
+			}
+		})
 	}
 }
 
