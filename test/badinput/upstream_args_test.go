@@ -59,7 +59,9 @@ func argRows() []argRow {
 		{args: []string{"--worker-threads=10", "--capacity-threads", "2", "--cloning-protection-threads=4"}},
 		{args: []string{"--volume-name-prefix=vol", "--volume-name-uuid-length=16"}},
 		{args: []string{"--volume-name-uuid-length", "-1", "--capacity-ownerref-level", "-1", "--kube-api-qps", "-1"}},
-		{args: []string{"--volume-name-prefix", "-v5"}},
+		// A value that looks like a flag is the prefix for both; no PV
+		// name can start with "-".
+		{args: []string{"--volume-name-prefix", "-v5"}, refusedHere: "a leading `-`"},
 		{args: []string{"--default-fstype=ext4", "--extra-create-metadata", "--controller-publish-readonly=true"}},
 		{args: []string{"--strict-topology", "--immediate-topology=false", "--prevent-volume-mode-conversion=false"}},
 		{args: []string{"--snapshot-orphan-sweep-interval=0"}},
