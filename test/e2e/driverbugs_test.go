@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,10 +11,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,9 +26,7 @@ import (
 // answers a test scripts, to see how the sidecar treats a driver under
 // development that answers wrongly. It records the calls.
 type buggyDriver struct {
-	csi.UnimplementedIdentityServer
-	csi.UnimplementedControllerServer
-	name   string
+	controllerDriver
 	create func(*csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
 	delete func(*csi.DeleteVolumeRequest) error // nil: success
 
@@ -44,26 +39,6 @@ var (
 	_ csi.IdentityServer   = (*buggyDriver)(nil)
 	_ csi.ControllerServer = (*buggyDriver)(nil)
 )
-
-func (d *buggyDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: d.name, VendorVersion: "0.0.1"}, nil
-}
-
-func (d *buggyDriver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
-}
-
-func (d *buggyDriver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
-		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
-	}}}, nil
-}
-
-func (d *buggyDriver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
-		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
-	}}}, nil
-}
 
 func (d *buggyDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	d.mu.Lock()
@@ -96,17 +71,8 @@ func (d *buggyDriver) deleted() []string {
 // driver: s.driver is nil).
 func startBuggy(t *testing.T, cp *controlplane.ControlPlane, ns string, d *buggyDriver, args ...string) *stack {
 	t.Helper()
-	socket := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csi.RegisterIdentityServer(srv, d)
-	csi.RegisterControllerServer(srv, d)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	// Registered after srv.Stop, so the sidecar stops first.
+	socket := serveDriver(t, d)
+	// Registered after the server's stop, so the sidecar stops first.
 	sidecar := startSidecarFor(t, cp, socket, append([]string{"--retry-interval-start=200ms", "--retry-interval-max=2s"}, args...)...)
 	return &stack{t: t, cp: cp, c: cp.Client(), ns: ns, sidecar: sidecar}
 }
@@ -121,7 +87,7 @@ func TestDriverReturnsAnotherClaimsVolume(t *testing.T) {
 	cp := controlplane.Need(t, shared)
 	c := cp.Client()
 	ns := generatedNamespace(t, c, "same-id-")
-	d := &buggyDriver{name: ns + ".buggy.csi.kube-storage.io", create: func(req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	d := &buggyDriver{controllerDriver: controllerDriver{name: ns + ".buggy.csi.kube-storage.io"}, create: func(req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 		return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-same", CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}}, nil
 	}}
 	s := startBuggy(t, cp, ns, d)
@@ -176,7 +142,7 @@ func TestDriverDeleteVolumeAnswers(t *testing.T) {
 	ns := generatedNamespace(t, c, "delete-answers-")
 	var refusals atomic.Int32
 	d := &buggyDriver{
-		name: ns + ".buggy.csi.kube-storage.io",
+		controllerDriver: controllerDriver{name: ns + ".buggy.csi.kube-storage.io"},
 		create: func(req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 			return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-" + req.GetName(), CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}}, nil
 		},
@@ -233,20 +199,11 @@ func TestDriverDeleteVolumeAnswers(t *testing.T) {
 // saying why instead.
 func TestDriverNameNoVolumeCanCarry(t *testing.T) {
 	cp := controlplane.Need(t, shared)
-	d := &buggyDriver{name: "my_driver.buggy.csi.kube-storage.io", create: func(*csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	d := &buggyDriver{controllerDriver: controllerDriver{name: "my_driver.buggy.csi.kube-storage.io"}, create: func(*csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 		t.Error("CreateVolume called")
 		return nil, status.Error(codes.Internal, "not expected")
 	}}
-	socket := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csi.RegisterIdentityServer(srv, d)
-	csi.RegisterControllerServer(srv, d)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	socket := serveDriver(t, d)
 	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)

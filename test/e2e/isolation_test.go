@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,10 +11,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -47,20 +43,11 @@ func TestBrokenClassIsolation(t *testing.T) {
 	cp := controlplane.Need(t, shared)
 	ctx, c := t.Context(), cp.Client()
 	ns := generatedNamespace(t, c, "isolation-")
-	socket := filepath.Join(t.TempDir(), "csi.sock")
-	d := &poolDriver{name: ns + ".pool.csi.kube-storage.io", volumes: map[string]bool{}}
+	d := &poolDriver{controllerDriver: controllerDriver{name: ns + ".pool.csi.kube-storage.io"}, volumes: map[string]bool{}}
 	d.down.Store(true)
-	lis, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csi.RegisterIdentityServer(srv, d)
-	csi.RegisterControllerServer(srv, d)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	socket := serveDriver(t, d)
 
-	// Registered after srv.Stop, so the sidecar stops first.
+	// Registered after the server's stop, so the sidecar stops first.
 	sidecar := startSidecarFor(t, cp, socket, "-v=2", fmt.Sprintf("--worker-threads=%d", workers), "--timeout="+timeout.String(),
 		"--retry-interval-start=500ms", "--retry-interval-max=4s")
 	bad := testutil.CreateClass(t, c, testutil.NewSC(ns+"-down", d.name).Param("pool", "down").Obj())
@@ -167,9 +154,7 @@ func countClaims(c kubernetes.Interface, ns, prefix string, want int, ok func(*c
 // parameter "pool": while down is set, every CreateVolume of pool "down"
 // hangs until the caller gives up; everything else succeeds at once.
 type poolDriver struct {
-	csi.UnimplementedIdentityServer
-	csi.UnimplementedControllerServer
-	name string
+	controllerDriver
 	down atomic.Bool
 	// calls counts the CreateVolume calls of pool "down", hanging the
 	// ones in progress, created the volumes created.
@@ -177,26 +162,6 @@ type poolDriver struct {
 
 	mu      sync.Mutex
 	volumes map[string]bool
-}
-
-func (d *poolDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: d.name, VendorVersion: "0.0.1"}, nil
-}
-
-func (d *poolDriver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
-}
-
-func (d *poolDriver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
-		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
-	}}}, nil
-}
-
-func (d *poolDriver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
-		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
-	}}}, nil
 }
 
 func (d *poolDriver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {

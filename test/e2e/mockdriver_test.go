@@ -38,29 +38,7 @@ func TestMockDriver(t *testing.T) {
 	driverName := ns + ".mock.csi.kube-storage.io"
 	socket := filepath.Join(t.TempDir(), "csi.sock")
 
-	ctrl := gomock.NewController(mockReporter{t})
-	identity := driver.NewMockIdentityServer(ctrl)
-	controller := driver.NewMockControllerServer(ctrl)
-	// csi-test registers every service, also one given as nil, and a call
-	// to a nil one would panic in the gRPC server: give all three.
-	srv := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{
-		Identity: identity, Controller: controller, Node: driver.NewMockNodeServer(ctrl),
-	})
-
-	// Discovery: the sidecar asks once at start (and Probe again for
-	// /readyz); AnyTimes keeps the test about provisioning.
-	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
-		Return(&csi.GetPluginInfoResponse{Name: driverName, VendorVersion: "0.0.1"}, nil).AnyTimes()
-	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).
-		Return(&csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil).AnyTimes()
-	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).
-		Return(&csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
-			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
-		}}}, nil).AnyTimes()
-	controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).
-		Return(&csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
-		}}}, nil).AnyTimes()
+	controller, srv := newMockDriver(t, driverName)
 
 	// Provisioning: the first CreateVolume finds the pool full, the
 	// second (the sidecar's retry, with the same name) succeeds with more
@@ -182,3 +160,26 @@ func (r mockReporter) Fatalf(format string, args ...any) {
 }
 func (r mockReporter) Helper()          { r.t.Helper() }
 func (r mockReporter) Cleanup(f func()) { r.t.Cleanup(f) }
+
+// newMockDriver returns csi-test's mock driver, not started, as a
+// controller-only driver named name that creates and deletes volumes, and
+// its controller service for the test's expectations. Its answers to the
+// discovery calls are set: the sidecar asks once at start (and Probe again
+// for /readyz); AnyTimes keeps a test about provisioning.
+func newMockDriver(t *testing.T, name string) (*driver.MockControllerServer, *driver.MockCSIDriver) {
+	ctrl := gomock.NewController(mockReporter{t})
+	identity := driver.NewMockIdentityServer(ctrl)
+	controller := driver.NewMockControllerServer(ctrl)
+	// csi-test registers every service, also one given as nil, and a call
+	// to a nil one would panic in the gRPC server: give all three.
+	srv := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{
+		Identity: identity, Controller: controller, Node: driver.NewMockNodeServer(ctrl),
+	})
+	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
+		Return(&csi.GetPluginInfoResponse{Name: name, VendorVersion: "0.0.1"}, nil).AnyTimes()
+	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).
+		Return(&csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil).AnyTimes()
+	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).Return(controllerPluginCapabilities(), nil).AnyTimes()
+	controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(createDeleteCapabilities(), nil).AnyTimes()
+	return controller, srv
+}

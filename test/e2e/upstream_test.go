@@ -8,10 +8,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-test/v5/driver"
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -124,24 +122,7 @@ func TestCreateVolumeTimedOutThenClaimDeleted(t *testing.T) {
 	driverName := ns + ".mock.csi.kube-storage.io"
 	socket := filepath.Join(t.TempDir(), "csi.sock")
 
-	ctrl := gomock.NewController(mockReporter{t})
-	identity := driver.NewMockIdentityServer(ctrl)
-	controller := driver.NewMockControllerServer(ctrl)
-	srv := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{
-		Identity: identity, Controller: controller, Node: driver.NewMockNodeServer(ctrl),
-	})
-	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).
-		Return(&csi.GetPluginInfoResponse{Name: driverName, VendorVersion: "0.0.1"}, nil).AnyTimes()
-	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).
-		Return(&csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil).AnyTimes()
-	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).
-		Return(&csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
-			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
-		}}}, nil).AnyTimes()
-	controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).
-		Return(&csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
-		}}}, nil).AnyTimes()
+	controller, srv := newMockDriver(t, driverName)
 
 	var (
 		mu       sync.Mutex
