@@ -41,30 +41,7 @@ func TestCreateAndDeleteVolumeFail(t *testing.T) {
 	})
 	ctx := t.Context()
 	secrets := s.c.CoreV1().Secrets(s.ns)
-	_, err := secrets.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
-		StringData: map[string]string{"token": "xyz789"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	setToken := func(token string) {
-		t.Helper()
-		sec, err := secrets.Get(ctx, "creds", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sec.Data = map[string][]byte{"token": []byte(token)}
-		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sc := s.class("secret", func(sc *storagev1.StorageClass) {
-		sc.Parameters = map[string]string{
-			"csi.storage.k8s.io/provisioner-secret-name":      "creds",
-			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
-		}
-	})
+	sc, setToken := s.credsClass("secret", "xyz789")
 	provisioned := metricSeries("controller_persistentvolumeclaim_provision_total", "class", sc.Name, "source", "")
 	provisionFailed := metricSeries("controller_persistentvolumeclaim_provision_failed_total", "class", sc.Name, "source", "")
 	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name))

@@ -146,6 +146,40 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 	return s
 }
 
+// credsClass creates the Secret "creds" with the given token in the
+// stack's namespace and a class name whose provisioner secret it is (so
+// the deletion secret too, see the driver's --require-*-secret flags). It
+// returns the class and a function that changes the token.
+func (s *stack) credsClass(name, token string) (*storagev1.StorageClass, func(token string)) {
+	s.t.Helper()
+	ctx := s.t.Context()
+	secrets := s.c.CoreV1().Secrets(s.ns)
+	if _, err := secrets.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"token": token},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	setToken := func(token string) {
+		s.t.Helper()
+		sec, err := secrets.Get(ctx, "creds", metav1.GetOptions{})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		sec.Data = map[string][]byte{"token": []byte(token)}
+		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	sc := s.class(name, func(sc *storagev1.StorageClass) {
+		sc.Parameters = map[string]string{
+			"csi.storage.k8s.io/provisioner-secret-name":      "creds",
+			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+		}
+	})
+	return sc, setToken
+}
+
 // class creates a StorageClass of the stack's driver, modified by mod.
 func (s *stack) class(name string, mod func(*storagev1.StorageClass)) *storagev1.StorageClass {
 	s.t.Helper()

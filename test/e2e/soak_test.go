@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -82,30 +81,7 @@ func TestSoakChurn(t *testing.T) {
 		sidecarEnv:  func(*stack) []string { return []string{e2e.MutationDetectorEnv + "=false"} },
 	})
 	ctx := t.Context()
-	secrets := s.c.CoreV1().Secrets(s.ns)
-	if _, err := secrets.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
-		StringData: map[string]string{"token": "good"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	setToken := func(token string) {
-		t.Helper()
-		sec, err := secrets.Get(ctx, "creds", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sec.Data = map[string][]byte{"token": []byte(token)}
-		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sc := s.class("soak", func(sc *storagev1.StorageClass) {
-		sc.Parameters = map[string]string{
-			"csi.storage.k8s.io/provisioner-secret-name":      "creds",
-			"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
-		}
-	})
+	sc, setToken := s.credsClass("soak", "good")
 	provisionFailed := metricSeries("controller_persistentvolumeclaim_provision_failed_total", "class", sc.Name, "source", "")
 	deleteFailed := metricSeries("controller_persistentvolume_delete_failed_total", "class", sc.Name)
 
