@@ -171,10 +171,11 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 }
 
 // recordVolume returns the PV of a created volume, after checking its
-// capacity and, for a clone or a restore, that the driver reports the
-// content source it was asked for (a volume failing either check is
-// deleted again, see discard) and, for a class of the migrated in-tree
-// plugin, translating it back to the in-tree source.
+// capacity, that the API server would accept the PV (recordable) and, for
+// a clone or a restore, that the driver reports the content source it was
+// asked for (a volume failing a check is deleted again, see discard) and,
+// for a class of the migrated in-tree plugin, translating it back to the
+// in-tree source.
 func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
 	// First: a volume another PV records must not be deleted below.
@@ -201,6 +202,11 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 		return p.duplicateHandle(ctx, pl, vol, other)
 	}
 	pv := p.persistentVolume(claim, pl.class, pl, vol, capacity)
+	if err := recordable(pv); err != nil {
+		// The library would retry saving the PV for ever, with nothing on
+		// the claim; the volume is deleted again and the claim told why.
+		return p.discard(ctx, claim, pl, vol, fmt.Errorf("CSI driver %s returned volume ID %q that no PersistentVolume can record: %w", p.name, vol.GetVolumeId(), err))
+	}
 	if pl.migrated {
 		var err error
 		// Pure translation of a PV built here; should it ever fail, the
@@ -266,12 +272,12 @@ func (p *Provisioner) releaseIfDeleting(ctx context.Context, claim *corev1.Persi
 	return p.releaseIdle(ctx, claim)
 }
 
-// discard handles a created volume that must not be recorded (smaller
-// than requested, or without the content source asked for): it is deleted
-// again, never recorded in a PV, and the error is not final
-// (ProvisioningInBackground, as upstream), so the library retries. When
-// the delete succeeded and the claim is being deleted, the claim is
-// released and the state is ProvisioningFinished.
+// discard handles a created volume that must not or cannot be recorded
+// (smaller than requested, without the content source asked for, or an
+// answer no PV can hold): it is deleted again, never recorded in a PV, and
+// the error is not final (ProvisioningInBackground, as upstream), so the
+// library retries. When the delete succeeded and the claim is being
+// deleted, the claim is released and the state is ProvisioningFinished.
 func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, reason error) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
 	req := &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: pl.req.GetSecrets()}

@@ -153,6 +153,56 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
+// TestUnrecordableAnswer: a created volume whose PV the API server would
+// refuse (topology that is not labels, a volume_context of megabytes) is
+// deleted again and the claim told why, instead of the library retrying
+// the PV's save for ever with nothing on the claim. The limits' edges get
+// a PV.
+func TestUnrecordableAnswer(t *testing.T) {
+	tests := []struct {
+		name    string
+		topo    []*csi.Topology
+		context map[string]string
+		wantErr string // "": a PV
+	}{
+		{name: "labels", topo: []*csi.Topology{topo(keyZone, "a", keyRack, strings.Repeat("r", 63))}},
+		{name: "key with a space", topo: []*csi.Topology{topo("zone a", "a")}, wantErr: `accessible_topology segment key "zone a" is not a label key`},
+		{name: "key with an empty name", topo: []*csi.Topology{topo("example.com/", "a")}, wantErr: `segment key "example.com/" is not a label key`},
+		{name: "second segment's value", topo: []*csi.Topology{topo(keyZone, "a"), topo(keyZone, "b/c")}, wantErr: `accessible_topology segment ` + keyZone + `="b/c" is not a label value`},
+		{name: "value of 64 characters", topo: []*csi.Topology{topo(keyZone, strings.Repeat("z", 64))}, wantErr: "is not a label value: must be no more than 63 bytes"},
+		{name: "volume_context of 1 MiB", context: map[string]string{"k": strings.Repeat("v", 1<<20)}},
+		{name: "volume_context of 1.5 MiB", context: map[string]string{"k": strings.Repeat("v", 1536*1024)}, wantErr: "its PersistentVolume would take 1573"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim, class := newClaim("c").Finalizers(inflight.Finalizer).Obj(), newClass().Obj()
+			h := newHarness(t, topologyCaps(), append(cluster(), claim, class))
+			h.driver.createAnswers = []createAnswer{{vol: &csi.Volume{VolumeId: "vol-1", AccessibleTopology: tt.topo, VolumeContext: tt.context}}}
+
+			pv, state, err := h.provision(claim, class)
+			if tt.wantErr == "" {
+				if err != nil || pv == nil || state != controller.ProvisioningFinished {
+					t.Fatalf("Provision = %v, %v, %v; want a PV", pv != nil, state, err)
+				}
+				if got := len(h.driver.deleteCalls()); got != 0 {
+					t.Errorf("DeleteVolume calls = %d for a recorded volume", got)
+				}
+				return
+			}
+			want := `CSI driver ` + testDriver + ` returned volume ID "vol-1" that no PersistentVolume can record: `
+			if pv != nil || state != controller.ProvisioningInBackground || !strings.Contains(errString(err), want) || !strings.Contains(errString(err), tt.wantErr) {
+				t.Fatalf("Provision = %v, %v, %q; want no PV, InBackground, %q and %q", pv != nil, state, errString(err), want, tt.wantErr)
+			}
+			if d := h.driver.deleteCalls(); len(d) != 1 || d[0].GetVolumeId() != "vol-1" {
+				t.Errorf("DeleteVolume calls = %v, want one for vol-1", d)
+			}
+			if !inflight.Has(h.liveClaim(claim)) {
+				t.Error("the claim lost its in-flight finalizer")
+			}
+		})
+	}
+}
+
 // TestInflightFinalizer covers the crash-safety protocol in Provision: the
 // finalizer is persisted before the first CreateVolume with a live update,
 // never skipped, and removed after a final answer for a claim being

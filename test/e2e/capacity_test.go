@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +82,7 @@ func TestCapacity(t *testing.T) {
 	// A second node with the driver: the driver serves only its own node,
 	// so the new segment's capacity is zero, and it is published.
 	node2 := s.ns + "-node-2"
-	s.fakeNode(node2)
+	s.node(s.driver.Name, node2)
 	zero := resource.MustParse("0")
 	seg2 := map[string]string{e2e.TopologyKey: node2}
 	s.waitCapacities("a second object, zero, for the second node", func(got []storagev1.CSIStorageCapacity) error {
@@ -156,27 +155,4 @@ func (s *stack) waitCapacities(what string, check func([]storagev1.CSIStorageCap
 	if last != nil {
 		s.t.Logf("last check: %v", last)
 	}
-}
-
-// fakeNode creates a Node with the driver's topology label and a CSINode
-// that lists the driver, as a kubelet with the driver's node plugin would,
-// and removes both at the end of the test.
-func (s *stack) fakeNode(name string) {
-	s.t.Helper()
-	ctx := s.t.Context()
-	if _, err := s.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Labels: map[string]string{e2e.TopologyKey: name}}}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatal(err)
-	}
-	if _, err := s.c.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
-			Name: s.driver.Name, NodeID: name, TopologyKeys: []string{e2e.TopologyKey}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() {
-		_ = s.c.StorageV1().CSINodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		_ = s.c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 // buggyDriver is a CSI controller whose CreateVolume and DeleteVolume
@@ -188,6 +189,66 @@ func TestDriverDeleteVolumeAnswers(t *testing.T) {
 	for _, id := range d.deleted() {
 		if id != pv.Spec.CSI.VolumeHandle {
 			t.Errorf("DeleteVolume for %q, want only %q", id, pv.Spec.CSI.VolumeHandle)
+		}
+	}
+}
+
+// TestDriverAnswerNoVolumeCanRecord: a driver with topology whose answers
+// make a PV the API server refuses: a topology segment key that is not a
+// label key for one class, a volume_context of 1.6 MiB (etcd's default
+// request limit is 1.5 MiB; CSI allows 4 KiB) for another. Each volume is
+// deleted again and its claim gets a Warning saying why, where the PV's
+// save was retried in the background with nothing on the claim; once the
+// driver answers well, both claims are bound.
+func TestDriverAnswerNoVolumeCanRecord(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	c := cp.Client()
+	ns := generatedNamespace(t, c, "unrecordable-")
+	node := ns + "-node"
+	var fixed atomic.Bool
+	d := &buggyDriver{
+		controllerDriver: controllerDriver{name: ns + ".buggy.csi.kube-storage.io", topology: true},
+		create: func(req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+			vol := &csi.Volume{
+				VolumeId:           "vol-" + req.GetName(),
+				CapacityBytes:      req.GetCapacityRange().GetRequiredBytes(),
+				AccessibleTopology: []*csi.Topology{{Segments: map[string]string{e2e.TopologyKey: node}}},
+			}
+			switch {
+			case fixed.Load():
+			case req.GetParameters()["answer"] == "topology":
+				vol.AccessibleTopology = []*csi.Topology{{Segments: map[string]string{"zone a": node}}}
+			case req.GetParameters()["answer"] == "context":
+				vol.VolumeContext = map[string]string{"blob": strings.Repeat("x", 1600*1024)}
+			}
+			return &csi.CreateVolumeResponse{Volume: vol}, nil
+		},
+	}
+	s := startBuggy(t, cp, ns, d)
+	s.node(d.name, node)
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for _, tc := range []struct{ answer, fragment string }{
+		{"topology", `accessible_topology segment key "zone a" is not a label key`},
+		{"context", "its PersistentVolume would take 1638"},
+	} {
+		sc := testutil.CreateClass(t, c, testutil.NewSC(ns+"-"+tc.answer, d.name).Param("answer", tc.answer).Obj())
+		claim := s.claim(testutil.NewPVC(ns, tc.answer).Class(sc.Name).Size("1Gi"))
+		claims[tc.answer] = claim
+		s.waitEvent(ns, string(claim.UID), "Warning", "ProvisioningFailed",
+			`CSI driver `+d.name+` returned volume ID "vol-pvc-`+string(claim.UID)+`" that no PersistentVolume can record: `+tc.fragment)
+		testutil.Eventually(t, 0, "the volume of claim "+tc.answer+" not deleted again", func(context.Context) (bool, error) {
+			return slices.Contains(d.deleted(), "vol-pvc-"+string(claim.UID)), nil
+		})
+		if got := s.getClaim(claim.Name); got.Status.Phase != corev1.ClaimPending || !slices.Contains(got.Finalizers, inflight.Finalizer) {
+			t.Fatalf("claim %s: phase %v, finalizers %v; want Pending with the in-flight finalizer", tc.answer, got.Status.Phase, got.Finalizers)
+		}
+	}
+
+	fixed.Store(true)
+	for name, claim := range claims {
+		_, pv := s.waitBound(name)
+		if pv.Spec.CSI.VolumeHandle != "vol-pvc-"+string(claim.UID) || pv.Spec.NodeAffinity == nil {
+			t.Errorf("PV of claim %s: handle %q, node affinity %v", name, pv.Spec.CSI.VolumeHandle, pv.Spec.NodeAffinity)
 		}
 	}
 }

@@ -33,7 +33,7 @@ func TestWaitForFirstConsumerReschedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := s.ns + "-other"
-	s.node(other)
+	s.node(s.driver.Name, other)
 	sc := s.class("wffc", waitForFirstConsumer)
 	claim := s.claim(testutil.NewPVC(s.ns, "moved").Class(sc.Name))
 	s.waitEvent(s.ns, string(claim.UID), "Normal", "WaitForFirstConsumer", "waiting for first consumer")
@@ -139,11 +139,12 @@ func (s *stack) selectNode(claim, node string) {
 	})
 }
 
-// node creates a Node and a CSINode named name on which the stack's driver
-// is registered with the topology segment TopologyKey=name, a node the
-// example driver (which serves only its own node) cannot provision for.
-// Both are deleted at the end of the test.
-func (s *stack) node(name string) {
+// node creates a Node and a CSINode named name on which driver is
+// registered with the topology segment TopologyKey=name, as a kubelet with
+// the driver's node plugin would (for the example driver, which serves only
+// its own node, a node it cannot provision for). Both are deleted at the
+// end of the test.
+func (s *stack) node(driver, name string) {
 	s.t.Helper()
 	ctx := s.t.Context()
 	if _, err := s.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
@@ -157,7 +158,7 @@ func (s *stack) node(name string) {
 	if _, err := s.c.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
-			{Name: s.driver.Name, NodeID: name, TopologyKeys: []string{e2e.TopologyKey}},
+			{Name: driver, NodeID: name, TopologyKeys: []string{e2e.TopologyKey}},
 		}},
 	}, metav1.CreateOptions{}); err != nil {
 		s.t.Fatal(err)

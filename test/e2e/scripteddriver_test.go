@@ -18,6 +18,9 @@ type controllerDriver struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
 	name string
+	// topology adds VOLUME_ACCESSIBILITY_CONSTRAINTS to the plugin's
+	// capabilities.
+	topology bool
 }
 
 func (d *controllerDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -29,7 +32,13 @@ func (d *controllerDriver) Probe(context.Context, *csi.ProbeRequest) (*csi.Probe
 }
 
 func (d *controllerDriver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return controllerPluginCapabilities(), nil
+	caps := controllerPluginCapabilities()
+	if d.topology {
+		caps.Capabilities = append(caps.Capabilities, &csi.PluginCapability{
+			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}},
+		})
+	}
+	return caps, nil
 }
 
 func (d *controllerDriver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
