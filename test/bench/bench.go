@@ -120,10 +120,20 @@ func (b *bench) measureCeiling(ctx context.Context, ns string) (ceiling, error) 
 		return c, err
 	}
 	// Wait until the protection controller has let the claims go, so its
-	// writes do not count against the provisioner's.
+	// writes do not count against the provisioner's, and until the PVs are
+	// gone, so that no binder meets them in the run.
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := b.c.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) == 0, err
+		if err != nil || len(list.Items) > 0 {
+			return false, err
+		}
+		pvs, err := b.c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return !slices.ContainsFunc(pvs.Items, func(pv corev1.PersistentVolume) bool {
+			return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns
+		}), nil
 	})
 	return c, err
 }
@@ -170,17 +180,21 @@ func (b *bench) writeBoundVolumes(ctx context.Context, ns, prefix string, n int)
 }
 
 // removeBoundVolumes deletes what writeBoundVolumes wrote. Nobody reclaims
-// these objects, so it drops the protection finalizers of the PVs by hand.
+// these objects, so it drops the protection finalizers of the PVs by hand,
+// after deleting them: kube-controller-manager's PV protection controller
+// puts the finalizer back on a PV that is not being deleted, and keeps a
+// Bound one, so a PV whose finalizer went first could stay, terminating,
+// through the run.
 func (b *bench) removeBoundVolumes(ctx context.Context, ns, prefix string, n int) error {
 	return b.parallel(ctx, n, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("%s-%05d", prefix, i)
 		if err := b.c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if _, err := b.c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := b.c.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if err := b.c.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := b.c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		return nil
