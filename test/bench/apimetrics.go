@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,10 +14,13 @@ import (
 )
 
 // requestKey is one series of kube-apiserver's apiserver_request_total,
-// summed over codes and scopes.
+// summed over API groups, scopes and the codes of requests the API server
+// took.
 type requestKey struct {
 	Verb, Resource, Subresource string
-	// Code is set only for rejected writes (HTTP 409 Conflict).
+	// Code is set for rejected requests only (HTTP 400 and above: 409
+	// Conflict, 429 shed under load, 404, 5xx): they changed nothing, so
+	// they are not writes, and are listed apart.
 	Code string
 }
 
@@ -39,8 +44,13 @@ func scrapeRequests(ctx context.Context, c kubernetes.Interface) (requestCounts,
 	if err != nil {
 		return nil, fmt.Errorf("scrape kube-apiserver metrics: %w", err)
 	}
+	return parseRequests(bytes.NewReader(raw))
+}
+
+// parseRequests reads apiserver_request_total from the text of /metrics.
+func parseRequests(r io.Reader) (requestCounts, error) {
 	out := requestCounts{}
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		line := sc.Text()
@@ -53,12 +63,20 @@ func scrapeRequests(ctx context.Context, c kubernetes.Interface) (requestCounts,
 		if err != nil {
 			continue
 		}
-		out[requestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"]}] += v
-		if labels["code"] == "409" {
-			out[requestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"], Code: "409"}] += v
+		k := requestKey{Verb: labels["verb"], Resource: labels["resource"], Subresource: labels["subresource"]}
+		if rejected(labels["code"]) {
+			k.Code = labels["code"]
 		}
+		out[k] += v
 	}
 	return out, sc.Err()
+}
+
+// rejected reports whether an HTTP status code (as a metric label) says the
+// request was refused. A watch ends with code 0.
+func rejected(code string) bool {
+	n, err := strconv.Atoi(code)
+	return err != nil || n >= 400
 }
 
 func parseLabels(s string) map[string]string {
@@ -100,8 +118,9 @@ func isWrite(verb string) bool {
 	return false
 }
 
-// volumeWrites sums the writes to PVCs and PVs (creates, updates, status
-// updates, patches), the "object writes per volume" of the targets.
+// volumeWrites sums the writes to PVCs and PVs the API server took
+// (creates, updates, status updates, patches), the "object writes per
+// volume" of the targets.
 func (r requestCounts) volumeWrites() float64 {
 	var n float64
 	for k, v := range r {
@@ -112,7 +131,7 @@ func (r requestCounts) volumeWrites() float64 {
 	return n
 }
 
-// events sums event writes.
+// events sums the event writes the API server took.
 func (r requestCounts) events() float64 {
 	var n float64
 	for k, v := range r {

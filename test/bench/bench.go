@@ -430,17 +430,22 @@ func (b *bench) recordAPI(ctx context.Context, res *result, d, untilBound reques
 
 // provisionerWrites counts the object writes of the provisioner process
 // from its client's request counters, which tell methods but not
-// resources: its PUT and DELETE requests, and the PV creates the API
-// server counted (only a provisioner creates PVs here). Its POST and
-// PATCH requests are left out: while claims are provisioned they are
-// event creates and updates (the provisioning library patches a PV only
-// to drop its finalizer when it deletes it). Zero without request
-// counters.
+// resources: its PUT and DELETE requests the API server took, and the PV
+// creates the API server took (only a provisioner creates PVs here). Its
+// POST and PATCH requests are left out: while claims are provisioned they
+// are event creates and updates (the provisioning library patches a PV
+// only to drop its finalizer when it deletes it). Rejected requests (409
+// Conflict and the like) changed nothing and are left out too. Zero
+// without request counters.
 func provisionerWrites(sidecar map[string]float64, d requestCounts) float64 {
+	const prefix = "rest_client_requests_total{"
 	var own float64
 	for k, v := range sidecar {
-		if strings.HasPrefix(k, "rest_client_requests_total{") &&
-			(strings.Contains(k, `method="PUT"`) || strings.Contains(k, `method="DELETE"`)) {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		labels := parseLabels(strings.TrimSuffix(k[len(prefix):], "}"))
+		if (labels["method"] == "PUT" || labels["method"] == "DELETE") && !rejected(labels["code"]) {
 			own += v
 		}
 	}

@@ -61,7 +61,8 @@ type phase struct {
 	// FractionOfCeilingAfter is relative to CeilingAfter.
 	FractionOfCeilingAfter float64 `json:",omitempty"`
 	// WritesPerSecond counts every write of claims, PVs and events by all
-	// clients (the benchmark's creates included) during the phase, per
+	// clients (the benchmark's creates included) that the API server took
+	// (rejected requests left out, see requestKey) during the phase, per
 	// second; WriteFractionOfCeiling compares it with the ceiling's
 	// WritesPerSecond: near 1, the API server is what limits the phase.
 	// Writes after the phase (events still queued when the last claim was
@@ -75,7 +76,8 @@ type phase struct {
 
 type api struct {
 	// WritesPerVolume counts PVC and PV creates, updates, status updates and
-	// patches per volume, excluding the benchmark's own PVC creates.
+	// patches per volume that the API server took (a 409 Conflict or a 429
+	// changed nothing), excluding the benchmark's own PVC creates.
 	WritesPerVolume float64
 	// ProvisionerWritesPerVolume counts the object writes of the provisioner
 	// process alone: its own client's PUT/DELETE requests plus the PV
@@ -83,9 +85,11 @@ type api struct {
 	// updates (see provisionerWrites). Zero when the provisioner does not
 	// serve client-go's request metrics.
 	ProvisionerWritesPerVolume float64 `json:",omitempty"`
-	// EventsPerVolume counts event creates and patches per volume.
+	// EventsPerVolume counts event creates and patches per volume that the
+	// API server took.
 	EventsPerVolume float64
-	// PerVolume is every request kind per volume, benchmark's creates excluded.
+	// PerVolume is every request kind per volume, benchmark's creates
+	// excluded; rejected requests are apart, their code in parentheses.
 	PerVolume map[string]float64
 }
 
@@ -173,7 +177,7 @@ func printResult(w io.Writer, r *result) {
 	if len(r.Ceiling.CPUPerVolumeMillis) > 0 {
 		printCPU(w, "CPU per volume of the ceiling writer", r.Ceiling.CPUPerVolumeMillis)
 	}
-	fmt.Fprintln(w, "\nAPI requests per volume while provisioning (benchmark's own PVC creates excluded):")
+	fmt.Fprintln(w, "\nAPI requests per volume while provisioning (benchmark's own PVC creates excluded; rejected ones apart, with their code):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	keys := make([]string, 0, len(r.API.PerVolume))
 	for k := range r.API.PerVolume {
