@@ -40,6 +40,13 @@ const (
 	// faultGone answers a watch from a resourceVersion with 410 Gone, as
 	// after an etcd compaction: the informer lists again.
 	faultGone fault = "410"
+	// faultCrash forwards the request, so that the API server makes the
+	// change, then calls the proxy's crash function (which kills the
+	// client) and closes the connection without an answer.
+	faultCrash fault = "crash"
+	// faultCrashBefore calls the crash function without forwarding the
+	// request.
+	faultCrashBefore fault = "crash-before"
 )
 
 // faultProxy is a plain-HTTP proxy to kube-apiserver, for one sidecar, that
@@ -61,6 +68,17 @@ type faultProxy struct {
 	injected map[fault]int
 	// writes lists the faults injected into writes, as "fault METHOD path".
 	writes []string
+	// crash is called by faultCrash and faultCrashBefore; once it has been,
+	// the proxy forwards nothing more: the client is dead.
+	crash   func()
+	crashed atomic.Bool
+}
+
+// setCrash sets the function that faultCrash and faultCrashBefore call.
+func (p *faultProxy) setCrash(crash func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.crash = crash
 }
 
 // startFaultProxy starts a proxy to cp whose faults decide picks, and
@@ -101,10 +119,17 @@ func (p *faultProxy) counts() map[fault]int {
 }
 
 func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
+	if p.crashed.Load() {
+		// A request of the killed client that the proxy had not forwarded
+		// yet dies with it.
+		hangUp(w)
+		return
+	}
 	watch := r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
 	p.mu.Lock()
 	f := p.decide(r, watch, p.rng)
 	cut := time.Second + time.Duration(p.rng.Int64N(int64(2*time.Second)))
+	crash := p.crash
 	if f != faultNone {
 		p.injected[f]++
 		if r.Method != http.MethodGet {
@@ -125,6 +150,11 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case faultGone:
 		writeStatus(w, http.StatusGone, metav1.StatusReasonExpired)
+		return
+	case faultCrashBefore:
+		p.crashed.Store(true)
+		crash()
+		hangUp(w)
 		return
 	}
 	ctx := r.Context()
@@ -148,11 +178,13 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if f == faultLost {
+	if f == faultLost || f == faultCrash {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
+		if f == faultCrash {
+			p.crashed.Store(true)
+			crash()
 		}
+		hangUp(w)
 		return
 	}
 	for k, v := range resp.Header {
@@ -174,6 +206,13 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 			// handler's return ends the response cleanly.
 			return
 		}
+	}
+}
+
+// hangUp closes the client's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
 	}
 }
 
