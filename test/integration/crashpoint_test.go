@@ -181,6 +181,9 @@ type crashFlow struct {
 	// topology and its node is registered).
 	wffc       bool
 	driverArgs []string
+	// binderOff runs the sidecar with --enable-binder=false, on a control
+	// plane whose kube-controller-manager binds.
+	binderOff bool
 	// setup runs with the first sidecar before its writes are recorded.
 	setup func(r *crashRun)
 	// act makes the flow's changes, as a user or the scheduler would.
@@ -215,8 +218,8 @@ type crashRun struct {
 
 var crashSidecarArgs = []string{"-v=4", "--binder-resync-period=1s", "--retry-interval-start=200ms", "--retry-interval-max=2s"}
 
-func newCrashFixture(t *testing.T, flow crashFlow) *crashFixture {
-	e := newEnv(t, controlplane.Need(t, shared))
+func newCrashFixture(t *testing.T, cp *controlplane.ControlPlane, flow crashFlow) *crashFixture {
+	e := newEnv(t, cp)
 	ctx := t.Context()
 	bins, err := e2e.Build(ctx, "")
 	if err != nil {
@@ -251,8 +254,12 @@ func newCrashFixture(t *testing.T, flow crashFlow) *crashFixture {
 // startSidecar starts a sidecar on kubeconfig that stops when t ends.
 func (f *crashFixture) startSidecar(t *testing.T, kubeconfig, log string) *e2e.Sidecar {
 	t.Helper()
+	args := crashSidecarArgs
+	if f.flow.binderOff {
+		args = append(slices.Clip(args), "--enable-binder=false")
+	}
 	s, err := e2e.StartSidecar(f.bins.Sidecar, e2e.SidecarConfig{
-		Kubeconfig: kubeconfig, Socket: f.driver.Socket, LogPath: filepath.Join(t.TempDir(), log), Args: crashSidecarArgs,
+		Kubeconfig: kubeconfig, Socket: f.driver.Socket, LogPath: filepath.Join(t.TempDir(), log), Args: args,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -398,8 +405,8 @@ func (r *crashRun) waitBound() {
 
 // testCrashPoints records the flow's writes in a clean run, then kills the
 // sidecar at each point, in a run of its own.
-func testCrashPoints(t *testing.T, flow crashFlow) {
-	f := newCrashFixture(t, flow)
+func testCrashPoints(t *testing.T, cp *controlplane.ControlPlane, flow crashFlow) {
+	f := newCrashFixture(t, cp, flow)
 	var writes []crashWrite
 	if !t.Run("clean", func(t *testing.T) { writes = f.run(t, nil) }) {
 		t.FailNow()
@@ -418,19 +425,36 @@ func testCrashPoints(t *testing.T, flow crashFlow) {
 	}
 }
 
-// TestCrashPointsProvision: an Immediate claim is provisioned and bound.
+// provisionFlow: an Immediate claim is provisioned and bound.
+var provisionFlow = crashFlow{
+	act:   (*crashRun).createClaim,
+	check: (*crashRun).waitBound,
+}
+
+// deleteFlow: the claim of a provisioned and bound volume is deleted: the
+// PV is Released, its volume deleted, its finalizer removed and the PV
+// deleted.
+var deleteFlow = crashFlow{
+	setup: func(r *crashRun) {
+		r.createClaim()
+		r.waitBound()
+	},
+	act:        func(r *crashRun) { r.e.deleteClaim(r.claim.Name) },
+	check:      (*crashRun).waitAllGone,
+	wantDelete: true,
+}
+
+// TestCrashPointsProvision: the sidecar is killed at each write of
+// provisionFlow.
 func TestCrashPointsProvision(t *testing.T) {
-	testCrashPoints(t, crashFlow{
-		act:   (*crashRun).createClaim,
-		check: (*crashRun).waitBound,
-	})
+	testCrashPoints(t, controlplane.Need(t, shared), provisionFlow)
 }
 
 // TestCrashPointsWaitForFirstConsumer: a WaitForFirstConsumer claim is
 // provisioned once the test, as the scheduler would, selects the driver's
 // node.
 func TestCrashPointsWaitForFirstConsumer(t *testing.T) {
-	testCrashPoints(t, crashFlow{
+	testCrashPoints(t, controlplane.Need(t, shared), crashFlow{
 		wffc: true,
 		act: func(r *crashRun) {
 			r.createClaim()
@@ -444,42 +468,55 @@ func TestCrashPointsWaitForFirstConsumer(t *testing.T) {
 	})
 }
 
-// TestCrashPointsDelete: the claim of a provisioned and bound volume is
-// deleted: the PV is Released, its volume deleted, its finalizer removed
-// and the PV deleted.
+// TestCrashPointsDelete: the sidecar is killed at each write of
+// deleteFlow.
 func TestCrashPointsDelete(t *testing.T) {
-	testCrashPoints(t, crashFlow{
-		setup: func(r *crashRun) {
-			r.createClaim()
-			r.waitBound()
-		},
-		act:        func(r *crashRun) { r.e.deleteClaim(r.claim.Name) },
-		check:      (*crashRun).waitAllGone,
-		wantDelete: true,
-	})
+	testCrashPoints(t, controlplane.Need(t, shared), deleteFlow)
 }
 
-// TestCrashPointsDeleteDuringCreate: the claim is deleted while its
-// CreateVolume is in flight (the driver answers 1s late), or, if the
-// sidecar was killed before that, while no sidecar runs. The in-flight
-// finalizer keeps the claim until the volume is known and deleted.
+// deleteDuringCreateFlow: the claim is deleted while its CreateVolume is in
+// flight (the driver answers 1s late), or, if the sidecar was killed before
+// that, while no sidecar runs. The in-flight finalizer keeps the claim
+// until the volume is known and deleted.
+var deleteDuringCreateFlow = crashFlow{
+	driverArgs: []string{"--create-latency=1s"},
+	act: func(r *crashRun) {
+		r.createClaim()
+		testutil.Eventually(r.e.t, 0, "CreateVolume not started", func(ctx context.Context) (bool, error) {
+			select {
+			case <-r.first.Exited():
+				return true, nil
+			default:
+			}
+			ids, err := r.driver.VolumeIDs(ctx)
+			return len(ids) == 1, err
+		})
+		r.e.deleteClaim(r.claim.Name)
+	},
+	check:      (*crashRun).waitAllGone,
+	wantDelete: true,
+}
+
+// TestCrashPointsDeleteDuringCreate: the sidecar is killed at each write of
+// deleteDuringCreateFlow.
 func TestCrashPointsDeleteDuringCreate(t *testing.T) {
-	testCrashPoints(t, crashFlow{
-		driverArgs: []string{"--create-latency=1s"},
-		act: func(r *crashRun) {
-			r.createClaim()
-			testutil.Eventually(r.e.t, 0, "CreateVolume not started", func(ctx context.Context) (bool, error) {
-				select {
-				case <-r.first.Exited():
-					return true, nil
-				default:
-				}
-				ids, err := r.driver.VolumeIDs(ctx)
-				return len(ids) == 1, err
-			})
-			r.e.deleteClaim(r.claim.Name)
-		},
-		check:      (*crashRun).waitAllGone,
-		wantDelete: true,
+	testCrashPoints(t, controlplane.Need(t, shared), deleteDuringCreateFlow)
+}
+
+// TestCrashPointsControllerManagerBinder: with the sidecar's binder off
+// (upstream's deployment), kube-controller-manager hands the claim over,
+// binds and releases; the sidecar is killed at each of its own writes of
+// provisionFlow and deleteFlow. deleteDuringCreateFlow is not run here:
+// its PV is created while the claim still exists (the in-flight finalizer
+// holds it) and is bound to nothing, so kube-controller-manager finds it
+// Released only at its periodic resync (15 s), which every point would
+// wait for.
+func TestCrashPointsControllerManagerBinder(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
 	})
+	for name, flow := range map[string]crashFlow{"provision": provisionFlow, "delete": deleteFlow} {
+		flow.binderOff = true
+		t.Run(name, func(t *testing.T) { testCrashPoints(t, cp, flow) })
+	}
 }
