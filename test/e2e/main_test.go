@@ -49,6 +49,8 @@ type stack struct {
 	// sidecarCfg starts the sidecar; startReplica starts more with it.
 	sidecarBin string
 	sidecarCfg e2e.SidecarConfig
+	// seenPVs are the PVs a flow of binderoff_test.go made, gone or not.
+	seenPVs []string
 }
 
 type stackConfig struct {
@@ -70,6 +72,9 @@ type stackConfig struct {
 	// waitLog replaces "Started provisioner controller", the sidecar's log
 	// line newStack waits for.
 	waitLog string
+	// upstream runs upstream external-provisioner instead of this sidecar,
+	// with -v=4, --retry-interval-max=5s and sidecarArgs only.
+	upstream bool
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -126,12 +131,19 @@ func newStack(t *testing.T, cfg stackConfig) *stack {
 		env = cfg.sidecarEnv(s)
 	}
 	s.sidecarBin = bins.Sidecar
+	args := []string{"-v=4", "--binder-resync-period=2s", "--retry-interval-max=5s"}
+	if cfg.upstream {
+		if s.sidecarBin, err = e2e.UpstreamProvisioner(); err != nil {
+			t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
+		}
+		args = []string{"-v=4", "--retry-interval-max=5s"}
+	}
 	s.sidecarCfg = e2e.SidecarConfig{
 		Kubeconfig: cp.KubeconfigPath, Socket: s.driver.Socket, LogPath: filepath.Join(s.dir, "sidecar.log"),
-		Args: append([]string{"-v=4", "--binder-resync-period=2s", "--retry-interval-max=5s"}, cfg.sidecarArgs...),
+		Args: append(args, cfg.sidecarArgs...),
 		Env:  env,
 	}
-	s.sidecar, err = e2e.StartSidecar(bins.Sidecar, s.sidecarCfg)
+	s.sidecar, err = e2e.StartSidecar(s.sidecarBin, s.sidecarCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// The tests in this file run each user-visible flow twice on one control
+// plane whose kube-controller-manager runs its PV binder: once with
+// upstream external-provisioner, once with this sidecar and its binder off
+// (--enable-binder=false), as a user replacing upstream deploys it. They
+// compare what a user sees: the phases each claim and PV went through, the
+// events (type, reason, message, count), the PV's annotations, finalizers
+// and reclaim policy, and what is left.
+
+// kcmPair starts a control plane with kube-controller-manager's binder and
+// returns a stack of upstream and one of this sidecar with its binder off,
+// each with its own driver (started with driverArgs) and namespace.
+func kcmPair(t *testing.T, driverArgs ...string) (up, ours *stack) {
+	t.Helper()
+	cp := controlplane.StartForTest(t, controlplane.Config{
+		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
+	})
+	up = newStack(t, stackConfig{controlPlane: cp, memory: true, upstream: true, driverArgs: driverArgs, driverName: "upstream.csi.kube-storage.io"})
+	ours = newStack(t, stackConfig{controlPlane: cp, memory: true, sidecarArgs: []string{"--enable-binder=false"}, driverArgs: driverArgs, driverName: "ours.csi.kube-storage.io"})
+	return up, ours
+}
+
+// recorder records the phases that the claims of a namespace and their PVs
+// go through, as a user running `kubectl get -w` sees them.
+type recorder struct {
+	mu     sync.Mutex
+	claims map[string][]string // claim name -> phases
+	pvs    map[string][]string // claim name -> its PV's phases
+}
+
+func phaseOf(phase string, deleting *metav1.Time) string {
+	if deleting != nil {
+		return phase + "/Terminating"
+	}
+	return phase
+}
+
+func appendPhase(m map[string][]string, key, phase string) {
+	if l := m[key]; len(l) == 0 || l[len(l)-1] != phase {
+		m[key] = append(l, phase)
+	}
+}
+
+// record starts watching the stack's claims and the PVs of its driver.
+func (s *stack) record() *recorder {
+	s.t.Helper()
+	r := &recorder{claims: map[string][]string{}, pvs: map[string][]string{}}
+	ctx := s.t.Context()
+	claims, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	pvs, err := s.c.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(claims.Stop)
+	s.t.Cleanup(pvs.Stop)
+	go func() {
+		for ev := range claims.ResultChan() {
+			pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim)
+			if !ok {
+				continue
+			}
+			phase := phaseOf(string(pvc.Status.Phase), pvc.DeletionTimestamp)
+			if ev.Type == watch.Deleted {
+				phase = "gone"
+			}
+			r.mu.Lock()
+			appendPhase(r.claims, pvc.Name, phase)
+			r.mu.Unlock()
+		}
+	}()
+	go func() {
+		for ev := range pvs.ResultChan() {
+			pv, ok := ev.Object.(*corev1.PersistentVolume)
+			if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != s.driver.Name || pv.Spec.ClaimRef == nil {
+				continue
+			}
+			phase := phaseOf(string(pv.Status.Phase), pv.DeletionTimestamp)
+			if ev.Type == watch.Deleted {
+				phase = "gone"
+			}
+			r.mu.Lock()
+			appendPhase(r.pvs, pv.Spec.ClaimRef.Name, phase)
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+var uidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// normalize replaces what differs between the two stacks by design: the
+// namespace, the driver name and UIDs.
+func (s *stack) normalize(text string) string {
+	text = strings.ReplaceAll(text, s.driver.Name, "DRIVER")
+	text = strings.ReplaceAll(text, s.ns, "NS")
+	return uidPattern.ReplaceAllString(text, "UID")
+}
+
+// flowReport is what a user sees of one flow.
+type flowReport struct {
+	ClaimPhases map[string][]string
+	PVPhases    map[string][]string
+	Events      []string
+	PVs         []string
+	Volumes     int
+}
+
+// report collects what the user sees of the flow: the recorded phases,
+// the events about the namespace's claims and the driver's PVs, and the
+// driver's PVs that are left.
+func (s *stack) report(r *recorder) flowReport {
+	s.t.Helper()
+	ctx := s.t.Context()
+	rep := flowReport{ClaimPhases: map[string][]string{}, PVPhases: map[string][]string{}}
+	pvNames := s.pvNames()
+	r.mu.Lock()
+	for k, v := range r.claims {
+		rep.ClaimPhases[k] = slices.Clone(v)
+	}
+	for k, v := range r.pvs {
+		rep.PVPhases[k] = slices.Clone(v)
+	}
+	r.mu.Unlock()
+	for _, ns := range []string{s.ns, metav1.NamespaceDefault} {
+		list, err := s.c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			obj := e.InvolvedObject
+			if ns == metav1.NamespaceDefault && (obj.Kind != "PersistentVolume" || !pvNames[obj.Name]) {
+				continue
+			}
+			if ns == s.ns && rep.ClaimPhases[obj.Name] == nil {
+				continue // a claim of another flow
+			}
+			count := fmt.Sprintf("x%d", max(e.Count, 1))
+			if e.Reason == "ExternalProvisioning" {
+				// kube-controller-manager posts it at each sync of the
+				// Pending claim: each write to the claim (this sidecar's
+				// in-flight finalizer) may add one.
+				count = "x?"
+			}
+			rep.Events = append(rep.Events, s.normalize(fmt.Sprintf("%s %s %s %s: %s (%s)", obj.Kind, obj.Name, e.Type, e.Reason, e.Message, count)))
+		}
+	}
+	sort.Strings(rep.Events)
+	pvs, err := s.c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != s.driver.Name {
+			continue
+		}
+		var ann []string
+		for k, v := range pv.Annotations {
+			ann = append(ann, k+"="+v)
+		}
+		sort.Strings(ann)
+		rep.PVs = append(rep.PVs, s.normalize(fmt.Sprintf("%s phase=%s policy=%s annotations=%v finalizers=%v", pv.Name, pv.Status.Phase, pv.Spec.PersistentVolumeReclaimPolicy, ann, pv.Finalizers)))
+	}
+	vols, err := s.driver.ListVolumes(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	rep.Volumes = len(vols)
+	return rep
+}
+
+// pvNames returns the names of the driver's PVs that exist or that the
+// flow remembered.
+func (s *stack) pvNames() map[string]bool {
+	names := map[string]bool{}
+	list, err := s.c.CoreV1().PersistentVolumes().List(s.t.Context(), metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, pv := range list.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == s.driver.Name {
+			names[pv.Name] = true
+		}
+	}
+	for _, n := range s.seenPVs {
+		names[n] = true
+	}
+	return names
+}
+
+// compareFlows runs flow on both stacks and reports every difference but
+// those opts ignore.
+func compareFlows(t *testing.T, up, ours *stack, flow func(s *stack), opts ...cmp.Option) {
+	t.Helper()
+	var reps [2]flowReport
+	for i, shared := range []*stack{up, ours} {
+		s := *shared
+		s.t, s.seenPVs = t, nil
+		r := s.record()
+		flow(&s)
+		reps[i] = s.report(r)
+	}
+	t.Logf("upstream: %+v", reps[0])
+	t.Logf("ours:     %+v", reps[1])
+	if diff := cmp.Diff(reps[0], reps[1], opts...); diff != "" {
+		t.Errorf("what a user sees differs from upstream (-upstream +ours):\n%s", diff)
+	}
+}
+
+// rememberPV notes a PV name of the flow, so that its events are reported
+// once it is gone.
+func (s *stack) rememberPV(name string) { s.seenPVs = append(s.seenPVs, name) }
+
+// waitPVPhase waits until the PV is in phase.
+func (s *stack) waitPVPhase(name string, phase corev1.PersistentVolumePhase) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 0, "PV "+name+" not "+string(phase), func(ctx context.Context) (bool, error) {
+		pv, err := s.c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pv.Status.Phase == phase, ignoreNotFound(err)
+	})
+}
+
+func TestBinderOffMatchesUpstream(t *testing.T) {
+	up, ours := kcmPair(t)
+	t.Run("immediate", func(t *testing.T) {
+		compareFlows(t, up, ours, func(s *stack) {
+			sc := s.class("imm", nil)
+			claim := s.claim(testutil.NewPVC(s.ns, "imm").Class(sc.Name))
+			_, pv := s.waitBound(claim.Name)
+			s.rememberPV(pv.Name)
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
+			s.deleteAndWaitGone(claim.Name, pv.Name)
+		})
+	})
+	t.Run("wait for first consumer", func(t *testing.T) {
+		compareFlows(t, up, ours, func(s *stack) {
+			sc := s.class("wffc", waitForFirstConsumer)
+			claim := s.claim(testutil.NewPVC(s.ns, "wffc").Class(sc.Name).Annotation(annSelectedNode, s.driver.NodeID))
+			_, pv := s.waitBound(claim.Name)
+			s.rememberPV(pv.Name)
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
+			s.deleteAndWaitGone(claim.Name, pv.Name)
+		})
+	})
+	t.Run("missing class", func(t *testing.T) {
+		compareFlows(t, up, ours, func(s *stack) {
+			name := s.className + "-late"
+			claim := s.claim(testutil.NewPVC(s.ns, "late").Class(name))
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", "not found")
+			s.class("late", nil)
+			_, pv := s.waitBound(claim.Name)
+			s.rememberPV(pv.Name)
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
+			s.deleteAndWaitGone(claim.Name, pv.Name)
+		})
+	})
+	t.Run("missing secret", func(t *testing.T) {
+		compareFlows(t, up, ours, func(s *stack) {
+			sc := s.class("secret", func(sc *storagev1.StorageClass) {
+				sc.Parameters = map[string]string{
+					"csi.storage.k8s.io/provisioner-secret-name":      "later",
+					"csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+				}
+			})
+			claim := s.claim(testutil.NewPVC(s.ns, "secret").Class(sc.Name))
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", "later")
+			if _, err := s.c.CoreV1().Secrets(s.ns).Create(s.t.Context(), &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "later"}, StringData: map[string]string{"k": "v"},
+			}, metav1.CreateOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+			_, pv := s.waitBound(claim.Name)
+			s.rememberPV(pv.Name)
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
+			s.deleteAndWaitGone(claim.Name, pv.Name)
+		})
+	})
+	t.Run("static pre-bound", func(t *testing.T) {
+		compareFlows(t, up, ours, func(s *stack) {
+			ctx := s.t.Context()
+			id, err := s.driver.CreateVolume(ctx, "static")
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			pv := testutil.NewPV(s.ns+"-static", s.driver.Name).RV("").ClaimRef(s.ns, "static", "").Obj()
+			pv.Spec.CSI.VolumeHandle = id
+			pv.Status = corev1.PersistentVolumeStatus{}
+			if _, err := s.c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+			s.rememberPV(pv.Name)
+			claim := s.claim(testutil.NewPVC(s.ns, "static").Class(""))
+			s.waitBound(claim.Name)
+			if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+			s.waitClaimGone(claim.Name, "claim not deleted")
+			testutil.Eventually(s.t, 0, "PV "+pv.Name+" neither gone nor Failed", func(ctx context.Context) (bool, error) {
+				got, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err) || (err == nil && got.Status.Phase == corev1.VolumeFailed), ignoreNotFound(err)
+			})
+		})
+	})
+	// Last: it leaves a volume behind, as Retain does.
+	t.Run("retain", func(t *testing.T) {
+		compareFlows(t, up, ours, func(s *stack) {
+			sc := s.class("retain", func(sc *storagev1.StorageClass) {
+				p := corev1.PersistentVolumeReclaimRetain
+				sc.ReclaimPolicy = &p
+			})
+			claim := s.claim(testutil.NewPVC(s.ns, "retain").Class(sc.Name))
+			_, pv := s.waitBound(claim.Name)
+			s.rememberPV(pv.Name)
+			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
+			if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+			s.waitClaimGone(claim.Name, "claim not deleted")
+			s.waitPVPhase(pv.Name, corev1.VolumeReleased)
+			// The library removes its finalizer from a Retain PV at a sync
+			// of its own, which upstream may not have done yet.
+			testutil.Eventually(s.t, 0, "library finalizer left on a Retain PV", func(ctx context.Context) (bool, error) {
+				got, err := s.c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+				return err == nil && !slices.Contains(got.Finalizers, libraryFinalizer), err
+			})
+		})
+	})
+}
+
+// TestBinderOffClaimDeletedDuringCreate: a claim deleted while its
+// CreateVolume runs. Upstream lets the claim go at once and kube-controller-
+// manager releases the PV created afterwards; this sidecar keeps the claim
+// (the in-flight finalizer) until the PV exists, and since the claim was
+// never bound, kube-controller-manager marks the PV Bound first and finds
+// it Released only at its next resync of PVs, up to 15 s later, and the
+// claim gets a second Normal Provisioning event and a ProvisioningSucceeded
+// (README, "Crash safety"). Both end with no claim, no PV and no volume.
+func TestBinderOffClaimDeletedDuringCreate(t *testing.T) {
+	up, ours := kcmPair(t, "--create-latency=2s")
+	compareFlows(t, up, ours, func(s *stack) {
+		sc := s.class("slow", nil)
+		claim := s.claim(testutil.NewPVC(s.ns, "slow").Class(sc.Name))
+		s.waitCreateVolumeStarted(claim)
+		if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+			s.t.Fatal(err)
+		}
+		s.waitClaimGone(claim.Name, "claim not deleted")
+		testutil.Eventually(s.t, 0, "PV or volume of the deleted claim left", func(ctx context.Context) (bool, error) {
+			if pv := s.pvOf(claim.UID); pv != nil {
+				s.rememberPV(pv.Name)
+				return false, nil
+			}
+			vols, err := s.driver.ListVolumes(ctx)
+			return len(vols) == 0, err
+		})
+		s.rememberPV("pvc-" + string(claim.UID))
+	}, cmpopts.IgnoreFields(flowReport{}, "PVPhases", "Events"))
+}
