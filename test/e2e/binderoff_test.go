@@ -32,14 +32,25 @@ import (
 
 // kcmPair starts a control plane with kube-controller-manager's binder and
 // returns a stack of upstream and one of this sidecar with its binder off,
-// each with its own driver (started with driverArgs) and namespace.
-func kcmPair(t *testing.T, driverArgs ...string) (up, ours *stack) {
+// each with its own driver and namespace, configured as cfg says (its
+// driverArgs and topology only).
+func kcmPair(t *testing.T, cfg stackConfig) (up, ours *stack) {
 	t.Helper()
 	cp := controlplane.StartForTest(t, controlplane.Config{
 		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
 	})
-	up = newStack(t, stackConfig{controlPlane: cp, memory: true, upstream: true, driverArgs: driverArgs, driverName: "upstream.csi.kube-storage.io"})
-	ours = newStack(t, stackConfig{controlPlane: cp, memory: true, sidecarArgs: []string{"--enable-binder=false"}, driverArgs: driverArgs, driverName: "ours.csi.kube-storage.io"})
+	base := stackConfig{controlPlane: cp, memory: true, driverArgs: cfg.driverArgs, topology: cfg.topology}
+	upCfg, oursCfg := base, base
+	upCfg.upstream, upCfg.driverName = true, "upstream.csi.kube-storage.io"
+	oursCfg.sidecarArgs, oursCfg.driverName = []string{"--enable-binder=false"}, "ours.csi.kube-storage.io"
+	up, ours = newStack(t, upCfg), newStack(t, oursCfg)
+	if cfg.topology {
+		for _, s := range []*stack{up, ours} {
+			if err := s.driver.RegisterNode(t.Context(), s.c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	return up, ours
 }
 
@@ -115,11 +126,13 @@ func (s *stack) record() *recorder {
 var uidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 // normalize replaces what differs between the two stacks by design: the
-// namespace, the driver name and UIDs.
+// namespace, the driver name, UIDs, and the call and volume this sidecar
+// names before a CSI error (README, "HTTP endpoints and metrics").
 func (s *stack) normalize(text string) string {
 	text = strings.ReplaceAll(text, s.driver.Name, "DRIVER")
 	text = strings.ReplaceAll(text, s.ns, "NS")
-	return uidPattern.ReplaceAllString(text, "UID")
+	text = uidPattern.ReplaceAllString(text, "UID")
+	return strings.ReplaceAll(text, `CreateVolume "pvc-UID": rpc error`, "rpc error")
 }
 
 // flowReport is what a user sees of one flow.
@@ -246,7 +259,7 @@ func (s *stack) waitPVPhase(name string, phase corev1.PersistentVolumePhase) {
 }
 
 func TestBinderOffMatchesUpstream(t *testing.T) {
-	up, ours := kcmPair(t)
+	up, ours := kcmPair(t, stackConfig{})
 	t.Run("immediate", func(t *testing.T) {
 		compareFlows(t, up, ours, func(s *stack) {
 			sc := s.class("imm", nil)
@@ -361,7 +374,7 @@ func TestBinderOffMatchesUpstream(t *testing.T) {
 // claim gets a second Normal Provisioning event and a ProvisioningSucceeded
 // (README, "Crash safety"). Both end with no claim, no PV and no volume.
 func TestBinderOffClaimDeletedDuringCreate(t *testing.T) {
-	up, ours := kcmPair(t, "--create-latency=2s")
+	up, ours := kcmPair(t, stackConfig{driverArgs: []string{"--create-latency=2s"}})
 	compareFlows(t, up, ours, func(s *stack) {
 		sc := s.class("slow", nil)
 		claim := s.claim(testutil.NewPVC(s.ns, "slow").Class(sc.Name))
@@ -380,4 +393,25 @@ func TestBinderOffClaimDeletedDuringCreate(t *testing.T) {
 		})
 		s.rememberPV("pvc-" + string(claim.UID))
 	}, cmpopts.IgnoreFields(flowReport{}, "PVPhases", "Events"))
+}
+
+// TestBinderOffRescheduleMatchesUpstream: a late-binding claim whose
+// selected node has no room (RESOURCE_EXHAUSTED) goes back to the
+// scheduler: the selected-node annotation removed, one Warning, no volume,
+// as with upstream.
+func TestBinderOffRescheduleMatchesUpstream(t *testing.T) {
+	up, ours := kcmPair(t, stackConfig{topology: true, driverArgs: []string{"--capacity=10Gi"}})
+	compareFlows(t, up, ours, func(s *stack) {
+		sc := s.class("wffc", waitForFirstConsumer)
+		claim := s.claim(testutil.NewPVC(s.ns, "big").Class(sc.Name).Size("20Gi").Annotation(annSelectedNode, s.driver.NodeID))
+		s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", "")
+		testutil.Eventually(s.t, 0, "selected node not removed from the claim", func(ctx context.Context) (bool, error) {
+			got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			_, ok := got.Annotations[annSelectedNode]
+			return !ok && !slices.Contains(got.Finalizers, "csi-provisioner.kube-storage.io/provisioning"), nil
+		})
+	})
 }
