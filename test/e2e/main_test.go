@@ -49,8 +49,9 @@ type stack struct {
 	// sidecarCfg starts the sidecar; startReplica starts more with it.
 	sidecarBin string
 	sidecarCfg e2e.SidecarConfig
-	// seenPVs are the PVs a flow of binderoff_test.go made, gone or not.
-	seenPVs []string
+	// seenPVs are the PVs a flow of binderoff_test.go made, gone or not;
+	// notes are what else the flow saw, to compare.
+	seenPVs, notes []string
 }
 
 type stackConfig struct {
