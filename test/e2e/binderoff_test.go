@@ -416,8 +416,9 @@ func TestBinderOffMatchesUpstream(t *testing.T) {
 // (the in-flight finalizer) until the PV exists, and since the claim was
 // never bound, kube-controller-manager marks the PV Bound first and finds
 // it Released only at its next resync of PVs, up to 15 s later, and the
-// claim gets a second Normal Provisioning event and a ProvisioningSucceeded
-// (README, "Crash safety"). Both end with no claim, no PV and no volume.
+// claim gets a ProvisioningSucceeded event and can get a second Normal
+// Provisioning (README, "How it compares with upstream"). Both end with no
+// claim, no PV and no volume.
 func TestBinderOffClaimDeletedDuringCreate(t *testing.T) {
 	up, ours := kcmPair(t, stackConfig{driverArgs: []string{"--create-latency=2s"}})
 	compareFlows(t, up, ours, func(s *stack) {
