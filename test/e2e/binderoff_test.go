@@ -331,6 +331,9 @@ func TestBinderOffMatchesUpstream(t *testing.T) {
 				s.t.Fatal(err)
 			}
 			s.rememberPV(pv.Name)
+			// Whether kube-controller-manager makes the PV Available
+			// before it binds it depends on which it sees first.
+			s.waitPVPhase(pv.Name, corev1.VolumeAvailable)
 			claim := s.claim(testutil.NewPVC(s.ns, "static").Class(""))
 			s.waitBound(claim.Name)
 			if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
