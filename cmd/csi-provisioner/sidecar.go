@@ -408,13 +408,31 @@ const eventCorrelatorCacheSize = 512
 // binder (the provisioning library has its own). Its writes to client's
 // events are queued on the events.Writer of eventSplitClient; its Shutdown
 // returns once what was recorded before is queued there (see
-// flushingBroadcaster).
+// flushingBroadcaster). Each event is also logged (see logEvent).
 func newBroadcaster(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
 	b := record.NewBroadcaster(record.WithContext(ctx),
 		record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize}))
+	logger := klog.FromContext(ctx)
+	b.StartEventWatcher(func(e *corev1.Event) { logEvent(logger, e) })
 	sink := &markerSink{EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}}
 	b.StartRecordingToSink(sink)
 	return &flushingBroadcaster{EventBroadcaster: b, sink: sink, logger: klog.FromContext(ctx)}
+}
+
+// logEvent logs an event of the sidecar's own recorders with the line
+// client-go's structured event logging writes ("Event occurred"): a
+// Warning at level 0, as the provisioning library logs its own events,
+// because for a claim Pending for a cause only this sidecar reports (a
+// missing StorageClass, a spec.volumeName naming no volume) it is the log's
+// only account; the recorders drop a repeated cause (newRecorder), so that
+// is one line per cause and object. A Normal event at level 2.
+func logEvent(logger klog.Logger, e *corev1.Event) {
+	v := 2
+	if e.Type == corev1.EventTypeWarning {
+		v = 0
+	}
+	logger.V(v).Info("Event occurred", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name),
+		"kind", e.InvolvedObject.Kind, "type", e.Type, "reason", e.Reason, "message", e.Message)
 }
 
 // newRecorder returns a recorder for component on b that drops a repeated
