@@ -253,6 +253,17 @@ func compareFlows(t *testing.T, up, ours *stack, flow func(s *stack), opts ...cm
 // once it is gone.
 func (s *stack) rememberPV(name string) { s.seenPVs = append(s.seenPVs, name) }
 
+// provisionedAndDeleted waits until claim is Bound with its
+// ProvisioningSucceeded event, then deletes it and waits until it and its
+// PV are gone; the PV is remembered for the flow's report.
+func (s *stack) provisionedAndDeleted(claim *corev1.PersistentVolumeClaim) {
+	s.t.Helper()
+	_, pv := s.waitBound(claim.Name)
+	s.rememberPV(pv.Name)
+	s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
 // waitPVPhase waits until the PV is in phase.
 func (s *stack) waitPVPhase(name string, phase corev1.PersistentVolumePhase) {
 	s.t.Helper()
@@ -268,20 +279,14 @@ func TestBinderOffMatchesUpstream(t *testing.T) {
 		compareFlows(t, up, ours, func(s *stack) {
 			sc := s.class("imm", nil)
 			claim := s.claim(testutil.NewPVC(s.ns, "imm").Class(sc.Name))
-			_, pv := s.waitBound(claim.Name)
-			s.rememberPV(pv.Name)
-			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
-			s.deleteAndWaitGone(claim.Name, pv.Name)
+			s.provisionedAndDeleted(claim)
 		})
 	})
 	t.Run("wait for first consumer", func(t *testing.T) {
 		compareFlows(t, up, ours, func(s *stack) {
 			sc := s.class("wffc", waitForFirstConsumer)
 			claim := s.claim(testutil.NewPVC(s.ns, "wffc").Class(sc.Name).Annotation(annSelectedNode, s.driver.NodeID))
-			_, pv := s.waitBound(claim.Name)
-			s.rememberPV(pv.Name)
-			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
-			s.deleteAndWaitGone(claim.Name, pv.Name)
+			s.provisionedAndDeleted(claim)
 		})
 	})
 	t.Run("missing class", func(t *testing.T) {
@@ -290,10 +295,7 @@ func TestBinderOffMatchesUpstream(t *testing.T) {
 			claim := s.claim(testutil.NewPVC(s.ns, "late").Class(name))
 			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeWarning, "ProvisioningFailed", "not found")
 			s.class("late", nil)
-			_, pv := s.waitBound(claim.Name)
-			s.rememberPV(pv.Name)
-			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
-			s.deleteAndWaitGone(claim.Name, pv.Name)
+			s.provisionedAndDeleted(claim)
 		})
 	})
 	t.Run("missing secret", func(t *testing.T) {
@@ -311,10 +313,7 @@ func TestBinderOffMatchesUpstream(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				s.t.Fatal(err)
 			}
-			_, pv := s.waitBound(claim.Name)
-			s.rememberPV(pv.Name)
-			s.waitEvent(s.ns, string(claim.UID), corev1.EventTypeNormal, "ProvisioningSucceeded", pv.Name)
-			s.deleteAndWaitGone(claim.Name, pv.Name)
+			s.provisionedAndDeleted(claim)
 		})
 	})
 	t.Run("static pre-bound", func(t *testing.T) {

@@ -62,10 +62,7 @@ func TestKillDuringCreateVolumeThenBoundElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitGone(claim.Name, "")
-	testutil.Eventually(t, 0, "static PV not Released after its claim went (Retain)", func(ctx context.Context) (bool, error) {
-		pv, err := s.c.CoreV1().PersistentVolumes().Get(ctx, static.Name, metav1.GetOptions{})
-		return err == nil && pv.Status.Phase == corev1.VolumeReleased, err
-	})
+	s.waitPVPhase(static.Name, corev1.VolumeReleased) // Retain: kept, Released
 }
 
 // updateClaim applies change to the claim name, retrying on conflicts.
