@@ -146,6 +146,13 @@ func (r *crashRecorder) decide(req *http.Request, watch bool, _ *rand.Rand) faul
 	return faultNone
 }
 
+// count returns how many writes of kind the run made so far.
+func (r *crashRecorder) count(kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[kind]
+}
+
 func (r *crashRecorder) recorded() []crashWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -206,6 +213,8 @@ type crashFixture struct {
 	name   string
 	class  *storagev1.StorageClass
 	flow   crashFlow
+	// unreached counts the points a run ended before (see run).
+	unreached atomic.Int32
 }
 
 // crashRun is one run of a flow, in its own namespace.
@@ -297,7 +306,17 @@ func (f *crashFixture) run(t *testing.T, point *crashPoint) []crashWrite {
 		select {
 		case <-r.first.Exited():
 		case <-time.After(30 * time.Second):
-			t.Fatalf("kill point %s not reached; writes: %v", point, rec.recorded())
+			if rec.count(point.kind) >= point.n {
+				t.Fatalf("kill point %s passed without a kill; writes: %v", point, rec.recorded())
+			}
+			// The flow's writes of a kind vary between runs (a claim
+			// update the clean run retried after a conflict): this run
+			// ended before the point. It must still converge.
+			f.flow.check(r)
+			writes := rec.recorded()
+			r.deleteAll()
+			f.unreached.Add(1)
+			t.Skipf("kill point %s not reached: this run made fewer %s writes (%v)", point, point.kind, writes)
 		}
 		if err := r.first.ExitErr(); err == nil || !strings.Contains(err.Error(), "killed") {
 			t.Fatalf("first sidecar exited with %v, want killed", err)
@@ -422,6 +441,9 @@ func testCrashPoints(t *testing.T, cp *controlplane.ControlPlane, flow crashFlow
 	}
 	for _, p := range points {
 		t.Run(p.String(), func(t *testing.T) { f.run(t, &p) })
+	}
+	if n := int(f.unreached.Load()); n > len(points)/2 {
+		t.Errorf("%d of %d kill points not reached: the flow's writes differ too much from the clean run's", n, len(points))
 	}
 }
 
