@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,6 +49,10 @@ type Config struct {
 	Fsync bool
 	// ExtraAPIServerArgs are appended to kube-apiserver's arguments.
 	ExtraAPIServerArgs []string
+
+	// pickPort replaces FreePort for etcd and kube-apiserver, so a test can
+	// hand out a taken port.
+	pickPort func() (int, error)
 }
 
 // ControlPlane is a running etcd, kube-apiserver and, optionally,
@@ -68,6 +71,7 @@ type ControlPlane struct {
 	cfg        Config
 	ownsDir    bool
 	pki        *pki
+	etcdURL    string
 	apiArgs    []string
 	mu         sync.Mutex
 	etcd       *Process
@@ -130,29 +134,38 @@ func (cp *ControlPlane) AdminConfig() *rest.Config {
 // Client is an admin clientset.
 func (cp *ControlPlane) Client() kubernetes.Interface { return cp.kubeClient }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+func (cp *ControlPlane) freePort() (int, error) {
+	if cp.cfg.pickPort != nil {
+		return cp.cfg.pickPort()
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return FreePort()
 }
 
 func (cp *ControlPlane) startEtcd(ctx context.Context) error {
-	clientPort, err := freePort()
+	return startOnFreePorts(filepath.Join(cp.Dir, "etcd.log"), func() (*Process, error) {
+		return cp.tryStartEtcd(ctx)
+	})
+}
+
+func (cp *ControlPlane) tryStartEtcd(ctx context.Context) (*Process, error) {
+	clientPort, err := cp.freePort()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	peerPort, err := freePort()
+	peerPort, err := cp.freePort()
 	if err != nil {
-		return err
+		return nil, err
+	}
+	dataDir := filepath.Join(cp.Dir, "etcd-data")
+	// A failed attempt may have written its member, with its ports, there.
+	if err := os.RemoveAll(dataDir); err != nil {
+		return nil, err
 	}
 	client := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	args := []string{
 		"--name=default",
-		"--data-dir=" + filepath.Join(cp.Dir, "etcd-data"),
+		"--data-dir=" + dataDir,
 		"--listen-client-urls=" + client,
 		"--advertise-client-urls=" + client,
 		"--listen-peer-urls=" + peer,
@@ -165,34 +178,43 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 	}
 	p, err := StartProcess("etcd", cp.Binaries.Etcd, args, nil, filepath.Join(cp.Dir, "etcd.log"))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cp.mu.Lock()
 	cp.etcd = p
-	cp.apiArgs = append(cp.apiArgs, "--etcd-servers="+client)
-	return waitFor(ctx, p, 30*time.Second, func(ctx context.Context) bool {
+	cp.mu.Unlock()
+	cp.etcdURL = client
+	return p, waitFor(ctx, p, 30*time.Second, func(ctx context.Context) bool {
 		return httpOK(ctx, http.DefaultClient, client+"/health")
 	})
 }
 
 func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
-	port, err := freePort()
+	return startOnFreePorts(filepath.Join(cp.Dir, "kube-apiserver.log"), func() (*Process, error) {
+		return cp.tryStartAPIServer(ctx)
+	})
+}
+
+func (cp *ControlPlane) tryStartAPIServer(ctx context.Context) (*Process, error) {
+	port, err := cp.freePort()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(port)
-	cp.apiArgs = append(cp.apiArgs,
+	cp.apiArgs = []string{
+		"--etcd-servers=" + cp.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		// The kubernetes Service endpoint cannot be a loopback address; nothing
 		// here needs it.
 		"--endpoint-reconciler-type=none",
-		"--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+cp.pki.ServingCert,
-		"--tls-private-key-file="+cp.pki.ServingKey,
-		"--client-ca-file="+cp.pki.CACert,
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + cp.pki.ServingCert,
+		"--tls-private-key-file=" + cp.pki.ServingKey,
+		"--client-ca-file=" + cp.pki.CACert,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+cp.pki.SAPublic,
-		"--service-account-signing-key-file="+cp.pki.SAPrivate,
+		"--service-account-key-file=" + cp.pki.SAPublic,
+		"--service-account-signing-key-file=" + cp.pki.SAPrivate,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC",
 		"--allow-privileged=true",
@@ -201,7 +223,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		"--disable-admission-plugins=ServiceAccount",
 		"--profiling=false",
 		"--v=1",
-	)
+	}
 	cp.apiArgs = append(cp.apiArgs, cp.cfg.ExtraAPIServerArgs...)
 
 	cp.adminCfg = &rest.Config{
@@ -215,27 +237,27 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		Burst: 2000,
 	}
 	if cp.kubeClient, err = kubernetes.NewForConfig(cp.adminCfg); err != nil {
-		return err
+		return nil, err
 	}
 	if err := cp.writeKubeconfig(); err != nil {
-		return err
+		return nil, err
 	}
 	return cp.runAPIServer(ctx)
 }
 
-func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
+func (cp *ControlPlane) runAPIServer(ctx context.Context) (*Process, error) {
 	p, err := StartProcess("kube-apiserver", cp.Binaries.KubeAPIServer, cp.apiArgs, nil, filepath.Join(cp.Dir, "kube-apiserver.log"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cp.mu.Lock()
 	cp.apiserver = p
 	cp.mu.Unlock()
 	rc, err := rest.HTTPClientFor(cp.adminCfg)
 	if err != nil {
-		return err
+		return p, err
 	}
-	return waitFor(ctx, p, 90*time.Second, func(ctx context.Context) bool {
+	return p, waitFor(ctx, p, 90*time.Second, func(ctx context.Context) bool {
 		return httpOK(ctx, rc, cp.URL+"/readyz")
 	})
 }
@@ -283,7 +305,8 @@ func (cp *ControlPlane) signalAPIServer(sig syscall.Signal) error {
 // StartAPIServer starts kube-apiserver after StopAPIServer, with the same
 // arguments and port, and waits until it is ready.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
-	return cp.runAPIServer(ctx)
+	_, err := cp.runAPIServer(ctx)
+	return err
 }
 
 // StartControllerManager starts kube-controller-manager with exactly the given

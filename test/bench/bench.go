@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -215,7 +214,7 @@ func newClaim(ns, name, class string) *corev1.PersistentVolumeClaim {
 // startProvisioner starts our sidecar, or -provisioner-cmd, with the same
 // flags, and waits until it serves.
 func (b *bench) startProvisioner(ctx context.Context, bins e2e.Binaries, dir string) (*controlplane.Process, error) {
-	port, err := freePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -654,13 +653,4 @@ func (b *bench) measureIdle(ctx context.Context, pid int, res *result) error {
 	res.Sidecar.IdleSeconds = b.o.Idle.Seconds()
 	res.Sidecar.IdleCPUPercent = 100 * (u1.CPU - u0.CPU).Seconds() / b.o.Idle.Seconds()
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
