@@ -214,12 +214,20 @@ func TestAPIFaults(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Config{})
 	e := newEnv(t, cp)
 	seed := uint64(time.Now().UnixNano())
+	// The first watch that can be answered 410 is, and the first four
+	// faulted writes get one fault of each kind, so that every run injects
+	// every fault; after that the faults are random. (A run of a few
+	// seconds makes only some ten watches from a resourceVersion: at 0.2
+	// each, one run in ten had no 410.)
+	writeFaults := []fault{fault429, fault500, fault503, faultLost}
+	goneSent, writesFaulted := false, 0
 	proxy, kubeconfig := startFaultProxy(t, cp, seed, func(r *http.Request, watch bool, rng *rand.Rand) fault {
 		x := rng.Float64()
 		switch {
 		case watch:
 			rv := r.URL.Query().Get("resourceVersion")
-			if rv != "" && rv != "0" && r.URL.Query().Get("sendInitialEvents") == "" && x < 0.2 {
+			if rv != "" && rv != "0" && r.URL.Query().Get("sendInitialEvents") == "" && (!goneSent || x < 0.2) {
+				goneSent = true
 				return faultGone
 			}
 		case r.Method == http.MethodGet:
@@ -227,7 +235,12 @@ func TestAPIFaults(t *testing.T) {
 				return fault503
 			}
 		case x < 0.33:
-			return []fault{fault429, fault500, fault503, faultLost}[rng.IntN(4)]
+			f := writeFaults[rng.IntN(len(writeFaults))]
+			if writesFaulted < len(writeFaults) {
+				f = writeFaults[writesFaulted]
+			}
+			writesFaulted++
+			return f
 		}
 		return faultNone
 	})
