@@ -156,7 +156,7 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 	}{
 		{b.pvInformer, cache.ResourceEventHandlerFuncs{AddFunc: b.onVolumeAdd, UpdateFunc: b.onVolumeUpdate, DeleteFunc: b.onVolumeDelete}},
 		{b.pvcInformer, cache.ResourceEventHandlerFuncs{AddFunc: b.onClaimAdd, UpdateFunc: b.onClaimUpdate, DeleteFunc: b.onClaimDelete}},
-		{scs.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: b.onClass, UpdateFunc: func(_, obj interface{}) { b.onClass(obj) }, DeleteFunc: b.onClass}},
+		{scs.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: b.onClass, UpdateFunc: b.onClassUpdate, DeleteFunc: b.onClassDelete}},
 		{pods.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: b.onPod, UpdateFunc: func(_, obj interface{}) { b.onPod(obj) }}},
 	}
 	for _, h := range handlers {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
@@ -150,6 +151,50 @@ func TestRetroactiveDefaultClassQueued(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, all)
 			f.binder.onClass(tc.class)
+			got := f.queued()
+			slices.Sort(got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("queued (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDefaultLostQueued checks that a class of any provisioner that stops
+// being default, by an update or by its deletion, queues the claims without
+// a class: an older default class of the driver may be theirs now. Before,
+// they waited for the resync.
+func TestDefaultLostQueued(t *testing.T) {
+	pending := classless("pending")
+	pendingEmpty := claimB("pending-empty").Class("").Obj()
+	pendingOther := claimB("pending-other").Class("other").Obj()
+	all := []runtime.Object{pending, pendingEmpty, pendingOther}
+	otherDefault := defaultSC("other", otherDriver, now)
+	otherPlain := testutil.NewSC("other", otherDriver).Obj()
+	classlessAndOther := []string{"pvc/ns/pending", "pvc/ns/pending-empty", "pvc/ns/pending-other"}
+	for _, tc := range []struct {
+		name   string
+		handle func(*Binder)
+		want   []string
+	}{
+		{"another provisioner's class stops being default",
+			func(b *Binder) { b.onClassUpdate(otherDefault, otherPlain) }, classlessAndOther},
+		{"another provisioner's default class is deleted",
+			func(b *Binder) { b.onClassDelete(otherDefault) }, classlessAndOther},
+		{"another provisioner's default class, deleted while the informer was away",
+			func(b *Binder) {
+				b.onClassDelete(cache.DeletedFinalStateUnknown{Key: "other", Obj: otherDefault})
+			}, classlessAndOther},
+		{"another provisioner's class becomes default",
+			func(b *Binder) { b.onClassUpdate(otherPlain, otherDefault) }, []string{"pvc/ns/pending-other"}},
+		{"another provisioner's class, not default, changes",
+			func(b *Binder) { b.onClassUpdate(otherPlain, otherPlain) }, []string{"pvc/ns/pending-other"}},
+		{"another provisioner's class, not default, is deleted",
+			func(b *Binder) { b.onClassDelete(otherPlain) }, []string{"pvc/ns/pending-other"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, all)
+			tc.handle(f.binder)
 			got := f.queued()
 			slices.Sort(got)
 			if diff := cmp.Diff(tc.want, got); diff != "" {

@@ -203,6 +203,27 @@ func (b *Binder) onClass(obj interface{}) {
 	}
 }
 
+// onClassUpdate is onClass, and also queues the claims without a class when
+// a class, of any provisioner, stops being default: an older default class
+// of the driver may now be the one the claims get.
+func (b *Binder) onClassUpdate(oldObj, obj interface{}) {
+	b.onClass(obj)
+	old, okOld := oldObj.(*storagev1.StorageClass)
+	class, ok := obj.(*storagev1.StorageClass)
+	if okOld && ok && isDefaultClass(old) && !isDefaultClass(class) {
+		b.queuePendingClaims("")
+	}
+}
+
+// onClassDelete is onClass, and also queues the claims without a class when
+// the class was default, for the same reason as onClassUpdate.
+func (b *Binder) onClassDelete(obj interface{}) {
+	b.onClass(obj)
+	if class, ok := unwrap(obj).(*storagev1.StorageClass); ok && isDefaultClass(class) {
+		b.queuePendingClaims("")
+	}
+}
+
 // onPod queues the claims of a pod waiting to be scheduled, so that
 // WaitForPodScheduled is reported without waiting for the resync.
 func (b *Binder) onPod(obj interface{}) {

@@ -301,6 +301,61 @@ func TestSidecarRetroactiveDefaultClass(t *testing.T) {
 	s.waitVolumeIDs()
 }
 
+// TestSidecarDefaultClassHandedBack: a claim without a class waits while
+// another provisioner's class is the default (the newer of two default
+// classes wins). When that class stops being default, the driver's older
+// default class is the one the claim gets, at once: the binder's resync is
+// 10 minutes here, so before the class update queued the claim it stayed
+// Pending until the resync.
+func TestSidecarDefaultClassHandedBack(t *testing.T) {
+	e := newEnv(t, controlplane.StartForTest(t, controlplane.Config{}))
+	s := e.startStackWith(stackConfig{sidecarArgs: []string{"--binder-resync-period=10m", "-v=5"}})
+	ours := e.createClass(testutil.NewSC(e.name("ours-default"), e.driver))
+	classless := e.createClaim(testutil.NewPVC(e.ns, "classless"))
+	if classless.Spec.StorageClassName != nil {
+		t.Fatalf("claim created with class %q while no class is default", *classless.Spec.StorageClassName)
+	}
+	ctx := t.Context()
+	setDefault := func(name, value string) {
+		t.Helper()
+		sc, err := e.c.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		metav1.SetMetaDataAnnotation(&sc.ObjectMeta, "storageclass.kubernetes.io/is-default-class", value)
+		if _, err := e.c.StorageV1().StorageClasses().Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Newer than ours, or of the same second with a lower name: the
+	// default while both are.
+	other := e.createClass(testutil.NewSC(e.name("another-default"), "other.csi.example").
+		Default("storageclass.kubernetes.io/is-default-class"))
+	setDefault(ours.Name, "true")
+	// Ours becoming default queues the claim; wait until the binder has
+	// synced it with both classes default (a second "not in scope" line
+	// after the one at the claim's creation), so the next update is what
+	// must queue it again.
+	notInScope := func() int {
+		return s.logCount(`"Claim is not in scope" logger="binder" pvc="` + e.ns + `/classless"`)
+	}
+	testutil.Eventually(t, 0, "the binder syncs the claim while two classes are default", func(context.Context) (bool, error) {
+		return notInScope() >= 2, nil
+	})
+	if c := e.getClaim(classless.Name); c.Spec.StorageClassName != nil {
+		t.Fatalf("claim given class %q while another provisioner's class is the default", *c.Spec.StorageClassName)
+	}
+	setDefault(other.Name, "false")
+
+	pvc := e.waitClaim(classless.Name, "Bound", isBound)
+	if got := storagehelpers.GetPersistentVolumeClaimClass(pvc); got != ours.Name {
+		t.Errorf("claim class = %q, want the driver's default %s", got, ours.Name)
+	}
+	e.deleteClaim(classless.Name)
+	e.waitPVGone(pvc.Spec.VolumeName)
+	s.waitVolumeIDs()
+}
+
 // logCount returns how many lines of the sidecar's log contain substr.
 func (s *stack) logCount(substr string) int {
 	s.e.t.Helper()
