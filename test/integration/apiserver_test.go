@@ -309,12 +309,15 @@ func TestAPIFaultsCapacity(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Config{})
 	e := newEnv(t, cp)
 	seed := uint64(time.Now().UnixNano())
+	// The first create loses its answer, so that every run has one.
+	lostSent := false
 	proxy, kubeconfig := startFaultProxy(t, cp, seed, func(r *http.Request, watch bool, rng *rand.Rand) fault {
 		x := rng.Float64()
 		switch {
 		case watch || r.Method == http.MethodGet || !strings.Contains(r.URL.Path, "/csistoragecapacities"):
 			return faultNone
-		case r.Method == http.MethodPost && x < 0.5:
+		case r.Method == http.MethodPost && (!lostSent || x < 0.5):
+			lostSent = true
 			return faultLost
 		case x < 0.33:
 			return []fault{fault429, fault500, fault503, faultLost}[rng.IntN(4)]
