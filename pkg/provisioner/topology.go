@@ -128,7 +128,7 @@ func (p *Provisioner) selectedNodeTopology(name string) ([]string, term, error) 
 	}
 	keys := p.driverKeys(csiNode)
 	if len(keys) == 0 {
-		return nil, nil, fmt.Errorf("no topology key found on CSINode %s", csiNode.Name)
+		return nil, nil, fmt.Errorf("no topology key found for node %s", name)
 	}
 	t, ok := termOf(node, keys)
 	if !ok {

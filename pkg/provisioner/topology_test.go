@@ -165,7 +165,7 @@ func TestTopologyRequirement(t *testing.T) {
 			name: "CSINode of the selected node missing", class: newClass().Obj(), selected: "n5", notFound: true,
 			cluster: append(cluster(), testutil.NewNode("n5", nil)),
 		},
-		{name: "selected node without the driver", class: newClass().Obj(), selected: "n4", wantErr: "no topology key found on CSINode n4"},
+		{name: "selected node without the driver", class: newClass().Obj(), selected: "n4", wantErr: "no topology key found for node n4"},
 		{
 			name: "selected node without the labels", class: newClass().Obj(), selected: "n5",
 			cluster: append(cluster(), testutil.NewNode("n5", map[string]string{keyZone: "a"}), testutil.NewCSINode("n5", testDriver, keyZone, keyRack)),

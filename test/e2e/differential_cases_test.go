@@ -102,6 +102,12 @@ func diffGroups() []diffGroup {
 		diffCase{name: "clone", claim: func(b *testutil.PVCBuilder) { b.Size("2Gi").DataSource(nil, "PersistentVolumeClaim", "src") }},
 		diffCase{name: "restore", claim: func(b *testutil.PVCBuilder) { b.DataSource(&group, "VolumeSnapshot", "snap") }},
 		diffCase{name: "vac", vac: true},
+		diffCase{name: "wffc-n3-no-keys", fails: true, class: wffc, claim: onNode("diff-n3")},
+		diffCase{name: "unknown-param", fails: true, class: params(secretPrefix+"unknown", "x")},
+		diffCase{name: "no-secret", fails: true, class: params(
+			secretPrefix+"provisioner-secret-name", "missing",
+			secretPrefix+"provisioner-secret-namespace", "${pvc.namespace}",
+		)},
 		diffCase{name: "populator", noCreate: true, claim: func(b *testutil.PVCBuilder) {
 			apiGroup := "example.com"
 			b.Obj().Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &apiGroup, Kind: "Widget", Name: "w"}

@@ -50,6 +50,9 @@ type diffCase struct {
 	noCreate bool
 	// vac names the side's VolumeAttributesClass in the claim.
 	vac bool
+	// fails: the claim cannot be provisioned; the sides' Warning events
+	// on it are compared.
+	fails bool
 }
 
 // diffGroup is the cases that run with one set of flags, on one sidecar of
@@ -116,6 +119,12 @@ func TestDifferentialCreateVolume(t *testing.T) {
 			ours.wait()
 			for _, c := range g.cases {
 				upReq, oursReq := up.request(c.name), ours.request(c.name)
+				if c.fails {
+					if d := cmp.Diff(up.warnings(c.name), ours.warnings(c.name)); d != "" {
+						t.Errorf("%s: Warning events differ (-upstream +ours):\n%s", c.name, d)
+					}
+					continue
+				}
 				if !c.noCreate && (upReq == nil || oursReq == nil) {
 					t.Errorf("%s: CreateVolume not recorded: upstream %v, ours %v", c.name, upReq != nil, oursReq != nil)
 				}
@@ -325,7 +334,7 @@ func (s *diffSide) wait() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, c := range s.group.cases {
-			if !c.noCreate && s.pvs[c.name] == nil {
+			if !c.noCreate && !c.fails && s.pvs[c.name] == nil {
 				return false, nil
 			}
 		}
@@ -425,6 +434,30 @@ func (s *diffSide) normalise(text string) string {
 		text = strings.ReplaceAll(text, r[0], r[1])
 	}
 	return identity.ReplaceAllString(text, "IDENTITY")
+}
+
+// warnings waits for a Warning event on the case's claim and returns the
+// distinct "reason: message" of its Warning events, normalised.
+func (s *diffSide) warnings(name string) []string {
+	claim := s.claims[name]
+	var out []string
+	testutil.Eventually(s.t, 30*time.Second, s.ns+": no Warning event on claim "+name, func(ctx context.Context) (bool, error) {
+		list, err := s.c.CoreV1().Events(s.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(claim.UID)})
+		if err != nil {
+			return false, err
+		}
+		out = nil
+		for _, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning {
+				if w := s.normalise(e.Reason + ": " + e.Message); !slices.Contains(out, w) {
+					out = append(out, w)
+				}
+			}
+		}
+		return len(out) > 0, nil
+	})
+	slices.Sort(out)
+	return out
 }
 
 // request returns the normalised CreateVolumeRequest of the case's claim,
