@@ -124,7 +124,7 @@ func (p *Provisioner) selectedNodeTopology(name string) ([]string, term, error) 
 	}
 	csiNode, err := p.csiNodes.Get(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("get CSINode of the selected node: %w", err)
+		return nil, nil, fmt.Errorf("failed to get selected CSINode %s: %w", name, err)
 	}
 	keys := p.driverKeys(csiNode)
 	if len(keys) == 0 {

@@ -163,6 +163,7 @@ func TestTopologyRequirement(t *testing.T) {
 		{name: "selected node missing", class: newClass().Obj(), selected: "gone", notFound: true},
 		{
 			name: "CSINode of the selected node missing", class: newClass().Obj(), selected: "n5", notFound: true,
+			wantErr: "failed to get selected CSINode n5: ",
 			cluster: append(cluster(), testutil.NewNode("n5", nil)),
 		},
 		{name: "selected node without the driver", class: newClass().Obj(), selected: "n4", wantErr: "no topology key found for node n4"},
@@ -196,8 +197,8 @@ func TestTopologyRequirement(t *testing.T) {
 			claim := testutil.NewPVC(testNS, tt.claimName).UID("u").Obj()
 			got, err := h.p.topologyRequirement(claim, tt.class, tt.selected)
 			if tt.notFound {
-				if !apierrors.IsNotFound(err) {
-					t.Fatalf("error = %v, want NotFound", err)
+				if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want NotFound containing %q", err, tt.wantErr)
 				}
 				return
 			}

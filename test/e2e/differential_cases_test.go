@@ -103,6 +103,7 @@ func diffGroups() []diffGroup {
 		diffCase{name: "restore", claim: func(b *testutil.PVCBuilder) { b.DataSource(&group, "VolumeSnapshot", "snap") }},
 		diffCase{name: "vac", vac: true},
 		diffCase{name: "wffc-n3-no-keys", fails: true, class: wffc, claim: onNode("diff-n3")},
+		diffCase{name: "wffc-n4-no-csinode", fails: true, class: wffc, claim: onNode("diff-n4")},
 		diffCase{name: "unknown-param", fails: true, class: params(secretPrefix+"unknown", "x")},
 		diffCase{name: "no-secret", fails: true, class: params(
 			secretPrefix+"provisioner-secret-name", "missing",
