@@ -177,6 +177,11 @@ func (sc *scraped) flowEvents(claim *corev1.PersistentVolumeClaim, pvName string
 			out[i] = strings.ReplaceAll(out[i], pvName, "PV")
 		}
 	}
+	// kube-controller-manager's binder may see a claim before the class
+	// created just before it, and says the class is not found.
+	out = slices.DeleteFunc(out, func(e string) bool {
+		return claim.Name != "late" && strings.Contains(e, `ProvisioningFailed: storageclass.storage.k8s.io "`)
+	})
 	sort.Strings(out)
 	return slices.Compact(out)
 }
@@ -216,15 +221,26 @@ func (sc *scraped) scrape(ctx context.Context) (map[string]*dto.MetricFamily, er
 	return fams, nil
 }
 
-// familyShape is "TYPE label,label" of a family.
+// familyShape is "TYPE label,label" of a family, and a histogram's bucket
+// bounds (what histogram_quantile works with).
 func familyShape(f *dto.MetricFamily) string {
 	names := map[string]bool{}
+	var buckets []string
 	for _, m := range f.GetMetric() {
 		for _, l := range m.GetLabel() {
 			names[l.GetName()] = true
 		}
+		if h := m.GetHistogram(); h != nil && buckets == nil {
+			for _, b := range h.GetBucket() {
+				buckets = append(buckets, strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64))
+			}
+		}
 	}
-	return f.GetType().String() + " " + strings.Join(slices.Sorted(maps.Keys(names)), ",")
+	shape := f.GetType().String() + " " + strings.Join(slices.Sorted(maps.Keys(names)), ",")
+	if buckets != nil {
+		shape += " le=" + strings.Join(buckets, ",")
+	}
+	return shape
 }
 
 // seriesOf returns the label sets of family's series, normalized, as
