@@ -403,10 +403,19 @@ func (s *diffSide) setUp() error {
 	return nil
 }
 
-// cleanup deletes the PVs and cluster-scoped objects the side created;
-// the driver keeps nothing.
+// cleanup deletes the claims, PVs and cluster-scoped objects the side
+// created; the driver keeps nothing. The claims go first, finalizers and
+// all: the control plane runs no namespace controller, and a claim left
+// behind with its class deleted gets a Warning from the binder of every
+// sidecar that later tests start on the shared control plane.
 func (s *diffSide) cleanup() {
 	ctx := context.Background()
+	if claims, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range claims.Items {
+			_, _ = s.c.CoreV1().PersistentVolumeClaims(s.ns).Patch(ctx, c.Name, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			_ = s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, c.Name, metav1.DeleteOptions{})
+		}
+	}
 	s.mu.Lock()
 	names := []string{s.ns + "-src"}
 	for _, pv := range s.pvs {

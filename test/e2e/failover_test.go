@@ -98,10 +98,13 @@ func TestPausedLeaderStopsWriting(t *testing.T) {
 	for _, e := range events.Items {
 		count[e.Reason] += max(e.Count, 1)
 	}
-	for _, reason := range []string{"Provisioning", "ProvisioningSucceeded"} {
-		if count[reason] != 1 {
-			t.Errorf("%d %s events about the claim, want 1 (the resumed leader wrote after it lost the Lease)", count[reason], reason)
-		}
+	// The event writer skips a Provisioning event still waiting when its
+	// ProvisioningSucceeded is queued (README), so that one may be missing.
+	if count["Provisioning"] > 1 {
+		t.Errorf("%d Provisioning events about the claim, want at most 1 (the resumed leader wrote after it lost the Lease)", count["Provisioning"])
+	}
+	if count["ProvisioningSucceeded"] != 1 {
+		t.Errorf("%d ProvisioningSucceeded events about the claim, want 1 (the resumed leader wrote after it lost the Lease)", count["ProvisioningSucceeded"])
 	}
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
