@@ -95,6 +95,17 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	case ours:
 		return b.handToProvisioner(ctx, claim, class)
 	case className != "" && class == nil:
+		// A class created just before the claim may not be cached yet
+		// (kubectl apply of both): ask the API server before saying it is
+		// missing. Its add event queues the claim again.
+		exists, err := b.classExistsInAPI(ctx, className)
+		if err != nil {
+			return result{}, fmt.Errorf("sync claim %s: %w", claimKey(claim), err)
+		}
+		if exists {
+			logger.V(4).Info("Class of the claim not cached yet", "class", className)
+			return result{}, nil
+		}
 		// Nobody can provision it and nothing static matches: say so once.
 		b.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className))
 		return result{}, nil

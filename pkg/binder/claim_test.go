@@ -376,7 +376,21 @@ func TestSyncPendingClaim(t *testing.T) {
 			name:    "11-14 class not found: ProvisioningFailed",
 			objects: objs(cGhost),
 			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
 			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},
+		},
+		{
+			// kubectl apply of a class and its claim: the claim's event
+			// can come before the class's.
+			name:    "class created just before the claim, not cached yet: no Warning",
+			objects: objs(cGhost, testutil.NewSC("ghost", driver).Obj()),
+			setup: func(f *fixture) {
+				if err := f.store(&storagev1.StorageClass{}).Delete(testutil.NewSC("ghost", driver).Obj()); err != nil {
+					t.Fatal(err)
+				}
+			},
+			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
 		},
 		{
 			name:    "13-1 class not found but a static volume of that class in scope matches: bound",

@@ -580,6 +580,8 @@ func (f *fixture) store(o runtime.Object) interface {
 		return f.factory.Core().V1().PersistentVolumeClaims().Informer().GetStore()
 	case *corev1.PersistentVolume:
 		return f.factory.Core().V1().PersistentVolumes().Informer().GetStore()
+	case *storagev1.StorageClass:
+		return f.factory.Storage().V1().StorageClasses().Informer().GetStore()
 	}
 	f.t.Fatalf("no store for %T", o)
 	return nil

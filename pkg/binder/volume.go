@@ -187,6 +187,16 @@ func (b *Binder) volumeExistsInAPI(ctx context.Context, name string) (bool, erro
 	return err == nil, err
 }
 
+// classExistsInAPI reports whether the API server has a StorageClass of
+// that name.
+func (b *Binder) classExistsInAPI(ctx context.Context, name string) (bool, error) {
+	_, err := b.client.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // release sets phase Released (unless already Released or Failed) and then
 // applies the reclaim policy:
 //
