@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -49,7 +50,12 @@ func newCapacity(ctx context.Context, cfg *Config, restCfg *rest.Config, driver 
 		if err != nil {
 			return nil, fmt.Errorf("create the metadata client for the owner of CSIStorageCapacity objects: %w", err)
 		}
-		owner, err := capacity.LookupOwner(ctx, meta, cfg.Namespace, cfg.PodName, cfg.CapacityOwnerrefLevel)
+		var owner *metav1.OwnerReference
+		err = retryTransient(ctx, startupBackoff, "owner of pod "+cfg.Namespace+"/"+cfg.PodName, func(ctx context.Context) error {
+			var err error
+			owner, err = capacity.LookupOwner(ctx, meta, cfg.Namespace, cfg.PodName, cfg.CapacityOwnerrefLevel)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("--capacity-ownerref-level=%d: %w", cfg.CapacityOwnerrefLevel, err)
 		}

@@ -38,7 +38,10 @@ func referenceGrants(ctx context.Context, cfg *Config, restCfg *rest.Config, dis
 	}
 	// One read now, so that missing RBAC stops the sidecar with a clear
 	// error rather than an informer that never syncs.
-	if _, err := client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+	if err := retryTransient(ctx, startupBackoff, "list "+gvr.Resource, func(ctx context.Context) error {
+		_, err := client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("%s: list %s (the sidecar's ClusterRole needs get, list and watch on them): %w", flag, gvr.GroupResource(), err)
 	}
 	klog.FromContext(ctx).Info("Claims may use data sources of other namespaces that a ReferenceGrant allows", "resource", gvr.String())

@@ -132,7 +132,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		provisioner.WithEventRecorder(recorder),
 		provisioner.WithBinderEnabled(cfg.EnableBinder),
 		provisioner.WithVolumeAttributesClass(cfg.FeatureGates.Enabled(FeatureVolumeAttributesClass)),
-		provisioner.WithVolumeAttributesClassesServed(volumeAttributesClassesServed(ctx, cfg.FeatureGates, main.Discovery())),
+		provisioner.WithVolumeAttributesClassesServed(volumeAttributesClassesServed(ctx, cfg.FeatureGates, retryingDiscovery{main.Discovery()})),
 		provisioner.WithSnapshotClient(snapshots),
 		provisioner.WithPreventVolumeModeConversion(cfg.PreventVolumeModeConversion),
 		provisioner.WithRetryIntervals(cfg.RetryIntervalStart, cfg.RetryIntervalMax),

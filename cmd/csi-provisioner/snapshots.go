@@ -42,11 +42,16 @@ func snapshotInformer(ctx context.Context, caps csiclient.Capabilities, client k
 		return nil, nil
 	}
 	for _, verb := range []string{"list", "watch"} {
-		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
-			Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
-				Group: gv.Group, Resource: resource, Verb: verb,
-			}},
-		}, metav1.CreateOptions{})
+		var review *authv1.SelfSubjectAccessReview
+		err := retryTransient(ctx, startupBackoff, "access review of "+verb+" "+resource, func(ctx context.Context) error {
+			var err error
+			review, err = client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
+				Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
+					Group: gv.Group, Resource: resource, Verb: verb,
+				}},
+			}, metav1.CreateOptions{})
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("check whether the sidecar may %s %s.%s: %w", verb, resource, gv.Group, err)
 		}

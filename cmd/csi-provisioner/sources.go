@@ -25,11 +25,12 @@ type sourceInformers struct {
 // newSourceInformers builds them (see referenceGrants and
 // snapshotInformer).
 func newSourceInformers(ctx context.Context, cfg *Config, restCfg *rest.Config, main kubernetes.Interface, snapshots snapclient.Interface, caps csiclient.Capabilities) (*sourceInformers, error) {
-	grants, err := referenceGrants(ctx, cfg, restCfg, main.Discovery())
+	disc := retryingDiscovery{main.Discovery()}
+	grants, err := referenceGrants(ctx, cfg, restCfg, disc)
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := snapshotInformer(ctx, caps, main, snapshots, main.Discovery())
+	snaps, err := snapshotInformer(ctx, caps, main, snapshots, disc)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -198,11 +199,16 @@ func countLogLines(path string, subs ...string) int {
 	return n
 }
 
+// groupVersionPath is the path of a discovery read of one API group
+// version.
+var groupVersionPath = regexp.MustCompile(`^/apis/[^/]+/[^/]+$`)
+
 // TestAPIFaults: the sidecar reaches kube-apiserver through a proxy that
 // answers about a third of its writes with 429 (Retry-After: 1), 500 or
 // 503 without making them, or makes them and then closes the connection
 // unanswered (a lost response: the retry finds the PV already created,
-// the claim changed, the PV gone); fails a tenth of its reads with 503;
+// the claim changed, the PV gone); fails a tenth of its reads with 503,
+// and its first discovery read at start;
 // answers some watches from a resourceVersion with 410 Gone (the informer
 // lists again) and cuts every watch after 1 to 3 s. Claims are created,
 // some deleted: every remaining claim ends Bound to a PV of its own, the
@@ -219,11 +225,16 @@ func TestAPIFaults(t *testing.T) {
 	// every fault; after that the faults are random. (A run of a few
 	// seconds makes only some ten watches from a resourceVersion: at 0.2
 	// each, one run in ten had no 410.)
+	// The first discovery read of a group version (the sidecar's start-up
+	// checks) is answered 503: the sidecar must try it again, not exit.
 	writeFaults := []fault{fault429, fault500, fault503, faultLost}
-	goneSent, writesFaulted := false, 0
+	goneSent, writesFaulted, discoveryFailed := false, 0, false
 	proxy, kubeconfig := startFaultProxy(t, cp, seed, func(r *http.Request, watch bool, rng *rand.Rand) fault {
 		x := rng.Float64()
 		switch {
+		case r.Method == http.MethodGet && !discoveryFailed && groupVersionPath.MatchString(r.URL.Path):
+			discoveryFailed = true
+			return fault503
 		case watch:
 			rv := r.URL.Query().Get("resourceVersion")
 			if rv != "" && rv != "0" && r.URL.Query().Get("sendInitialEvents") == "" && (!goneSent || x < 0.2) {
@@ -284,6 +295,9 @@ func TestAPIFaults(t *testing.T) {
 	}
 	counts := proxy.counts()
 	t.Logf("faults injected: %v", counts)
+	if !discoveryFailed {
+		t.Errorf("the sidecar read no group version at start: the start-up retry went untested")
+	}
 	for _, f := range []fault{fault429, fault500, fault503, faultLost, faultGone} {
 		if counts[f] == 0 {
 			t.Errorf("no %s fault injected (seed %d): the run proves nothing about it", f, seed)
