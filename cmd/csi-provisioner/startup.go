@@ -49,8 +49,11 @@ func retryTransient(ctx context.Context, backoff wait.Backoff, what string, call
 // forbidden, invalid) are not.
 func transient(err error) bool {
 	switch {
+	// Not IsUnexpectedServerError: client-go sets it on every answer
+	// without a Status body, such as discovery's 404 for a group the API
+	// server does not serve.
 	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsTooManyRequests(err),
-		apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsUnexpectedServerError(err):
+		apierrors.IsServerTimeout(err), apierrors.IsTimeout(err):
 		return true
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err), utilnet.IsProbableEOF(err),
 		errors.Is(err, io.ErrUnexpectedEOF):

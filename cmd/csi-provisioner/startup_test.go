@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 func TestRetryTransient(t *testing.T) {
 	gr := schema.GroupResource{Group: "snapshot.storage.k8s.io", Resource: "volumesnapshots"}
 	unavailable := apierrors.NewServiceUnavailable("injected")
+	discoveryNotFound := apierrors.NewGenericServerResponse(http.StatusNotFound, "get", gr, "", "404 page not found", 0, true)
 	backoff := wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 4}
 	tests := []struct {
 		name      string
@@ -39,6 +41,9 @@ func TestRetryTransient(t *testing.T) {
 			wantCalls: 2},
 		{name: "forbidden is not retried", errs: []error{apierrors.NewForbidden(gr, "", errors.New("no"))}, wantCalls: 1, wantErr: apierrors.NewForbidden(gr, "", errors.New("no"))},
 		{name: "not found is not retried", errs: []error{apierrors.NewNotFound(gr, "")}, wantCalls: 1, wantErr: apierrors.NewNotFound(gr, "")},
+		// What discovery returns for a group the API server does not serve:
+		// a 404 without a Status body, marked as an unexpected answer.
+		{name: "discovery's not found is not retried", errs: []error{discoveryNotFound}, wantCalls: 1, wantErr: discoveryNotFound},
 		{name: "503 until the backoff runs out: the last error", errs: []error{unavailable, unavailable, unavailable, unavailable, unavailable}, wantCalls: 4, wantErr: unavailable},
 	}
 	for _, tt := range tests {
