@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -206,10 +205,7 @@ func TestSeveralDrivers(t *testing.T) {
 	if noClass.Spec.StorageClassName != nil {
 		t.Fatalf("claim created with class %q: another class is default in this control plane", *noClass.Spec.StorageClassName)
 	}
-	patch := []byte(`{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}`)
-	if _, err := c.c.StorageV1().StorageClasses().Patch(ctx, classB, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.SetDefaultClass(t, c.c, classB, true)
 
 	// Claims nobody may provision.
 	emptyClass := c.createClaim(testutil.NewPVC(c.ns, "empty-class").Class("").Selector(map[string]string{"pair": "none"}))

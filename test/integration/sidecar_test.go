@@ -271,15 +271,7 @@ func TestSidecarRetroactiveDefaultClass(t *testing.T) {
 	}
 	empty := e.createClaim(testutil.NewPVC(e.ns, "empty").Class(""))
 
-	ctx := t.Context()
-	def, err := e.c.StorageV1().StorageClasses().Get(ctx, sc.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	metav1.SetMetaDataAnnotation(&def.ObjectMeta, "storageclass.kubernetes.io/is-default-class", "true")
-	if _, err := e.c.StorageV1().StorageClasses().Update(ctx, def, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.SetDefaultClass(t, e.c, sc.Name, true)
 
 	pvc := e.waitClaim(classless.Name, "Bound", isBound)
 	if got := storagehelpers.GetPersistentVolumeClaimClass(pvc); got != sc.Name {
@@ -315,23 +307,11 @@ func TestSidecarDefaultClassHandedBack(t *testing.T) {
 	if classless.Spec.StorageClassName != nil {
 		t.Fatalf("claim created with class %q while no class is default", *classless.Spec.StorageClassName)
 	}
-	ctx := t.Context()
-	setDefault := func(name, value string) {
-		t.Helper()
-		sc, err := e.c.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		metav1.SetMetaDataAnnotation(&sc.ObjectMeta, "storageclass.kubernetes.io/is-default-class", value)
-		if _, err := e.c.StorageV1().StorageClasses().Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Newer than ours, or of the same second with a lower name: the
 	// default while both are.
 	other := e.createClass(testutil.NewSC(e.name("another-default"), "other.csi.example").
-		Default("storageclass.kubernetes.io/is-default-class"))
-	setDefault(ours.Name, "true")
+		Default(testutil.DefaultClassAnnotation))
+	testutil.SetDefaultClass(t, e.c, ours.Name, true)
 	// Ours becoming default queues the claim; wait until the binder has
 	// synced it with both classes default (a second "not in scope" line
 	// after the one at the claim's creation), so the next update is what
@@ -345,7 +325,7 @@ func TestSidecarDefaultClassHandedBack(t *testing.T) {
 	if c := e.getClaim(classless.Name); c.Spec.StorageClassName != nil {
 		t.Fatalf("claim given class %q while another provisioner's class is the default", *c.Spec.StorageClassName)
 	}
-	setDefault(other.Name, "false")
+	testutil.SetDefaultClass(t, e.c, other.Name, false)
 
 	pvc := e.waitClaim(classless.Name, "Bound", isBound)
 	if got := storagehelpers.GetPersistentVolumeClaimClass(pvc); got != ours.Name {
