@@ -181,16 +181,19 @@ func (b *Binder) getClaimFromAPI(ctx context.Context, namespace, name string) (*
 // name.
 func (b *Binder) volumeExistsInAPI(ctx context.Context, name string) (bool, error) {
 	_, err := b.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil, err
+	return found(err)
 }
 
 // classExistsInAPI reports whether the API server has a StorageClass of
 // that name.
 func (b *Binder) classExistsInAPI(ctx context.Context, name string) (bool, error) {
 	_, err := b.client.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
+	return found(err)
+}
+
+// found turns the error of a Get into whether the object exists: NotFound
+// is false without an error.
+func found(err error) (bool, error) {
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
