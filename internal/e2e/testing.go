@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,8 +53,10 @@ func CheckLog(t testing.TB, logPath string) {
 
 // StopAtCleanup stops the sidecar when t ends, fails t if its log or the
 // driver's shows a bug caught by a checker (see [CheckLog]), and, if t
-// failed, logs the last lines of its log and of the driver's. Register it
-// after the driver's own cleanup, so that the sidecar stops first.
+// failed, logs the last lines of its log and of the driver's and keeps
+// both logs whole outside t's temporary directory (see [keepLogs]).
+// Register it after the driver's own cleanup, so that the sidecar stops
+// first.
 func (s *Sidecar) StopAtCleanup(t testing.TB, d *Driver) {
 	t.Cleanup(func() {
 		_ = s.Stop(10 * time.Second)
@@ -62,6 +65,32 @@ func (s *Sidecar) StopAtCleanup(t testing.TB, d *Driver) {
 		if t.Failed() {
 			t.Logf("sidecar log (%s):\n%s", s.LogPath, controlplane.TailFile(s.LogPath, 60))
 			t.Logf("driver log (%s):\n%s", d.LogPath, controlplane.TailFile(d.LogPath, 20))
+			keepLogs(t, s.LogPath, d.LogPath)
 		}
 	})
+}
+
+// keepLogs copies the logs at paths into a new directory that outlives t
+// (t's temporary directory is removed even when t fails) and says where:
+// a failure seen once in many runs is explained by the whole log, not its
+// last lines. It returns the directory, "" if none could be made.
+func keepLogs(t testing.TB, paths ...string) string {
+	dir, err := os.MkdirTemp("", "csi-provisioner-logs-")
+	if err != nil {
+		t.Logf("keep logs: %v", err)
+		return ""
+	}
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Logf("keep logs: %v", err)
+			continue
+		}
+		dst := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(p)))
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Logf("keep logs: %v", err)
+		}
+	}
+	t.Logf("whole logs kept in %s", dir)
+	return dir
 }

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -30,5 +32,35 @@ func TestLogFindings(t *testing.T) {
 				t.Errorf("logFindings = %q, want findings containing %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKeepLogs: a failed test keeps its child processes' logs whole, in a
+// directory that outlives it.
+func TestKeepLogs(t *testing.T) {
+	src := t.TempDir()
+	sidecar, driver := filepath.Join(src, "sidecar.log"), filepath.Join(src, "driver.log")
+	if err := os.WriteFile(sidecar, []byte("line 1\nline 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(driver, []byte("driver line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := keepLogs(t, sidecar, driver, filepath.Join(src, "missing.log"))
+	if dir == "" {
+		t.Fatal("no directory")
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	for name, want := range map[string]string{"0-sidecar.log": "line 1\nline 2\n", "1-driver.log": "driver line\n"} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("kept %d files, want 2 (a missing log is skipped)", len(entries))
 	}
 }
