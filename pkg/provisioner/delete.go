@@ -116,6 +116,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	logger.V(2).Info("DeleteVolume done", "err", err, "duration", time.Since(start))
 	if err == nil {
 		p.deleted.Add(deletedVolume{uid: pv.UID, handle: source.VolumeHandle})
+		p.goneHandles.Add(source.VolumeHandle)
 		p.forgetHandle(source.VolumeHandle, pv.Name)
 	}
 	if csiclient.Code(err) == codes.NotFound {

@@ -403,3 +403,62 @@ func TestDeleteVolumeOnceAcrossRetries(t *testing.T) {
 		})
 	}
 }
+
+// TestNoPVCreateForDeletedVolume: the library's background retry of a PV
+// create whose answer was lost, coming after that PV's volume was deleted,
+// is not sent (TestLostPVCreateNotRepeatedAfterDeletion in
+// test/integration shows the second DeleteVolume it caused). A volume a
+// CreateVolume returned since the deletion, another volume, a volume
+// deleted longer than deletedVolumeTTL ago and a failed DeleteVolume
+// leave the create as it was.
+func TestNoPVCreateForDeletedVolume(t *testing.T) {
+	tests := []struct {
+		name         string
+		deleteErrs   []error
+		createAgain  bool // the claim is provisioned again after the deletion
+		otherHandle  bool // the create is of a PV of another volume
+		elapsed      time.Duration
+		wantCreatePV bool
+	}{
+		{name: "retry after the volume was deleted"},
+		{name: "CreateVolume returned the volume again", createAgain: true, wantCreatePV: true},
+		{name: "another volume", otherHandle: true, wantCreatePV: true},
+		{name: "deleted too long ago", elapsed: deletedVolumeTTL, wantCreatePV: true},
+		{name: "DeleteVolume failed", deleteErrs: []error{csiErr(codes.Unavailable)}, wantCreatePV: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim, class := newClaim("c").Obj(), newClass().Obj()
+			clk := clocktesting.NewFakeClock(time.Now())
+			h := newHarness(t, baseCaps(), append(cluster(), claim, class), WithClock(clk))
+			pv, _, err := h.provision(claim, class)
+			if err != nil {
+				t.Fatalf("Provision: %v", err)
+			}
+			released := pv.DeepCopy()
+			released.UID = "uid-pv"
+			released.Status.Phase = corev1.VolumeReleased
+			h.driver.deleteErrs = tt.deleteErrs
+			if err := h.p.Delete(h.ctx, released); (err != nil) != (len(tt.deleteErrs) > 0) {
+				t.Fatalf("Delete: %v", err)
+			}
+			if tt.createAgain {
+				if _, _, err := h.provision(claim, class); err != nil {
+					t.Fatalf("second Provision: %v", err)
+				}
+			}
+			clk.Step(tt.elapsed)
+			if tt.otherHandle {
+				pv.Spec.CSI.VolumeHandle = "id-other"
+			}
+			h.client.ClearActions()
+			got, err := h.p.LibraryClient(h.client).CoreV1().PersistentVolumes().Create(h.ctx, pv, metav1.CreateOptions{})
+			if err != nil || got == nil || got.Name != pv.Name {
+				t.Fatalf("Create = %v, %v; want the PV and no error", got, err)
+			}
+			if created := slices.Contains(h.writes(), "create persistentvolumes"); created != tt.wantCreatePV {
+				t.Errorf("PV create sent = %v, want %v", created, tt.wantCreatePV)
+			}
+		})
+	}
+}

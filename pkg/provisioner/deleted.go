@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/kube-storage/csi-provisioner/internal/expiring"
@@ -63,37 +64,59 @@ func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
 //     library's finalizer from a PV being deleted (the library's last step
 //     of a deletion), which ShouldDelete then knows about (see
 //     finishedDeletions);
+//   - its create of a PV whose volume this process deleted since (see
+//     goneHandles) is not sent;
 //   - its reschedule of a claim also removes the in-flight finalizer when
 //     no CreateVolume for the claim is in flight (see libraryClaims).
 func (p *Provisioner) LibraryClient(client kubernetes.Interface) kubernetes.Interface {
-	return libraryClient{Interface: client, finished: p.finished, attempts: p.attempts, reschedules: p.reschedules}
+	return libraryClient{Interface: client, finished: p.finished, gone: p.goneHandles, attempts: p.attempts, reschedules: p.reschedules}
 }
 
 type libraryClient struct {
 	kubernetes.Interface
 	finished    *finishedDeletions
+	gone        *goneHandles
 	attempts    *ledger
 	reschedules *rescheduleNotes
 }
 
 func (c libraryClient) CoreV1() typedcorev1.CoreV1Interface {
-	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished, attempts: c.attempts, reschedules: c.reschedules}
+	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished, gone: c.gone, attempts: c.attempts, reschedules: c.reschedules}
 }
 
 type libraryCoreV1 struct {
 	typedcorev1.CoreV1Interface
 	finished    *finishedDeletions
+	gone        *goneHandles
 	attempts    *ledger
 	reschedules *rescheduleNotes
 }
 
 func (c libraryCoreV1) PersistentVolumes() typedcorev1.PersistentVolumeInterface {
-	return libraryVolumes{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), finished: c.finished}
+	return libraryVolumes{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), finished: c.finished, gone: c.gone}
 }
 
 type libraryVolumes struct {
 	typedcorev1.PersistentVolumeInterface
 	finished *finishedDeletions
+	gone     *goneHandles
+}
+
+// Create creates pv, unless it is a CSI volume whose volume this process
+// deleted and no CreateVolume returned since (goneHandles): then it
+// returns pv without sending anything, which the library takes for a
+// saved PV.
+func (c libraryVolumes) Create(ctx context.Context, pv *corev1.PersistentVolume, opts metav1.CreateOptions) (*corev1.PersistentVolume, error) {
+	if pv.Spec.CSI != nil && c.gone.Has(pv.Spec.CSI.VolumeHandle) {
+		var claim klog.ObjectRef
+		if ref := pv.Spec.ClaimRef; ref != nil {
+			claim = klog.KRef(ref.Namespace, ref.Name)
+		}
+		klog.FromContext(ctx).V(2).Info("Not creating the persistentvolume again: its volume was deleted since the first create, whose answer was lost",
+			"pv", klog.KObj(pv), "volumeID", pv.Spec.CSI.VolumeHandle, "claim", claim)
+		return pv, nil
+	}
+	return c.PersistentVolumeInterface.Create(ctx, pv, opts)
 }
 
 // Patch patches, and records a PV being deleted that the patch left
@@ -104,6 +127,31 @@ func (c libraryVolumes) Patch(ctx context.Context, name string, pt types.PatchTy
 		c.finished.Add(pv.UID)
 	}
 	return pv, err
+}
+
+// goneHandles remembers the handles of the volumes whose DeleteVolume
+// succeeded in this process, until a CreateVolume returns the handle
+// again (a driver that derives IDs from names gives a recreated volume
+// its old ID) or deletedVolumeTTL passes. It is safe for concurrent use.
+//
+// Why: when the answer to the library's create of a PV is lost, the PV
+// exists but the library's background queue of unsaved PVs
+// (NewVolumeStoreQueue, as upstream) tries to create it again, with a
+// backoff that reaches minutes, and checks nothing first. Meanwhile the
+// PV may be bound, its claim deleted and the volume reclaimed: the retry
+// then makes a PV of a volume that no longer exists, whose claim is gone.
+// It is Released at once, and its reclaim calls DeleteVolume a second
+// time; a driver that answers NotFound for a volume it does not have
+// would leave it Released with a Warning at every retry (see Delete).
+// TestLostPVCreateNotRepeatedAfterDeletion (test/integration) made one
+// in every run. A handle a CreateVolume returned since is one the driver
+// has, so its PV is created as always: nothing here can leak a volume.
+type goneHandles struct {
+	*expiring.Set[string]
+}
+
+func newGoneHandles(clk clock.Clock) *goneHandles {
+	return &goneHandles{Set: expiring.NewSet[string](clk, deletedVolumeTTL)}
 }
 
 // deletedVolumeTTL is how long a successful DeleteVolume is remembered

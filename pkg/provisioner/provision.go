@@ -166,7 +166,8 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		logger.V(2).Info("Volume not provisioned", "volumeName", pl.req.GetName(), "state", state, "code", csiclient.Code(err), "err", err, "duration", time.Since(start))
 		return nil, state, err
 	}
-
+	// The driver has this volume (again): a PV of it is not a stale one.
+	p.goneHandles.Delete(vol.GetVolumeId())
 	return p.recordVolume(ctx, claim, pl, vol, start)
 }
 

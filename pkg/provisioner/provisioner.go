@@ -91,6 +91,7 @@ type Provisioner struct {
 	reschedules    *rescheduleNotes
 	finished       *finishedDeletions
 	deleted        *expiring.Set[deletedVolume]
+	goneHandles    *goneHandles
 	handles        *handleRecords
 	node           *nodeDeployment // nil without WithNodeDeployment
 }
@@ -136,6 +137,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		reschedules: newRescheduleNotes(),
 		finished:    newFinishedDeletions(cfg.clock),
 		deleted:     expiring.NewSet[deletedVolume](cfg.clock, deletedVolumeTTL),
+		goneHandles: newGoneHandles(cfg.clock),
 		handles:     newHandleRecords(cfg.clock),
 	}
 	if cfg.node != nil {

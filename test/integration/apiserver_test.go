@@ -438,3 +438,60 @@ func TestWatchGapClaimRecreated(t *testing.T) {
 		t.Errorf("the old volume was deleted %d times by the driver, want 1", n)
 	}
 }
+
+// TestLostPVCreateNotRepeatedAfterDeletion: the answer to the create of a
+// claim's PV is lost (the PV exists) and the provisioning library's
+// background retries of that create fail until the claim has been bound,
+// deleted and its volume reclaimed. The library's next retry must not
+// create the PV again: such a PV names a volume that DeleteVolume already
+// deleted, and reclaiming it would call DeleteVolume once more (a driver
+// that answers NotFound for a volume it no longer has would leave it
+// Released for ever). Seen once in CI as a second DeleteVolume call in
+// TestAPIFaults.
+func TestLostPVCreateNotRepeatedAfterDeletion(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Config{})
+	e := newEnv(t, cp)
+	var pvCreates, createsAfter atomic.Int32
+	var blocked atomic.Bool
+	blocked.Store(true)
+	_, kubeconfig := startFaultProxy(t, cp, 1, func(r *http.Request, _ bool, _ *rand.Rand) fault {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/persistentvolumes" {
+			return faultNone
+		}
+		switch {
+		case pvCreates.Add(1) == 1:
+			return faultLost
+		case blocked.Load():
+			return fault503
+		}
+		createsAfter.Add(1)
+		return faultNone
+	})
+	s := e.startStackWith(stackConfig{
+		sidecarArgs: []string{"-v=4", "--retry-interval-start=200ms", "--retry-interval-max=1s"},
+		kubeconfig:  kubeconfig,
+	})
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name))
+	claim := e.waitAllBound(1)[0]
+	pv := e.getPV(claim.Spec.VolumeName)
+	testutil.Eventually(t, 0, "the library did not retry the PV create", func(context.Context) (bool, error) {
+		return pvCreates.Load() >= 2, nil
+	})
+	e.deleteClaim(claim.Name)
+	e.waitPVGone(pv.Name)
+	s.waitVolumeIDs()
+
+	blocked.Store(false)
+	const skipped = "Not creating the persistentvolume again"
+	testutil.Eventually(t, 0, "the library's retry of the PV create never came", func(context.Context) (bool, error) {
+		return createsAfter.Load() > 0 || countLogLines(s.sidecar.LogPath, skipped, pv.Name) > 0, nil
+	})
+	if n := createsAfter.Load(); n > 0 {
+		t.Errorf("PV %s created again after its volume %s was deleted (%d creates)", pv.Name, pv.Spec.CSI.VolumeHandle, n)
+		e.waitPVGone(pv.Name) // reclaimed again
+	}
+	if n := countLogLines(s.driver.LogPath, `method="/csi.v1.Controller/DeleteVolume"`, `"gRPC call`); n != 1 {
+		t.Errorf("%d DeleteVolume calls, want 1", n)
+	}
+}
