@@ -56,9 +56,13 @@
 // that way, and some drivers format the request into it: CreateVolume and
 // DeleteVolume replace the values of the request's secrets in the error they
 // return, and in what is logged during the call, by "***stripped***" too,
-// keeping the gRPC code. Every occurrence is replaced, wherever it is: a
-// secret of a character or two ("1", "ab") also strips those characters
-// from the driver's own words, which is the price of never showing it. With [WithMetrics], every call is recorded in
+// keeping the gRPC code. So are the value's quoted forms and, for a value
+// of four bytes or more, its base64 and URL-escaped forms. Every
+// occurrence is replaced, wherever it is: a secret of a character or two
+// ("1", "ab") also strips those characters from the driver's own words,
+// which is the price of never showing it. A secret encoded in any other
+// way (hex, or base64 of a longer text that contains it, such as
+// "user:password") is not recognised. With [WithMetrics], every call is recorded in
 // csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}.
 // Connect sets the manager's driver name once GetPluginInfo has answered; the
 // probes before it carry the manager's initial name ("unknown-driver" for a

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +31,11 @@ type redactor struct{ values []string }
 // replace. Besides each value as it is, it replaces the value as quoted
 // strings show it: a request formatted with %v (its protobuf text format)
 // escapes a quote, a backslash, a newline or an invalid byte, as %q and
-// JSON escape the first three.
+// JSON escape the first three. A value of at least minEncodedLen bytes is
+// also replaced in the encodings a driver may echo it in: base64 (standard
+// and URL alphabets, padded or not, as a driver that logs credentials as
+// it sends them in an HTTP Basic header or a JSON []byte) and URL escaping
+// (query and path, as in a URL with the credentials in it).
 func newRedactor(secrets map[string]string) *redactor {
 	var values []string
 	for _, v := range secrets {
@@ -38,12 +44,39 @@ func newRedactor(secrets map[string]string) *redactor {
 		}
 		q := strconv.Quote(v)
 		values = append(values, v, textQuoted(v), q[1:len(q)-1])
+		if len(v) >= minEncodedLen {
+			values = append(values, encodedForms(v)...)
+		}
 	}
 	if len(values) == 0 {
 		return nil
 	}
 	slices.Sort(values)
 	return &redactor{values: slices.Compact(values)}
+}
+
+// minEncodedLen is the shortest secret whose encoded forms are replaced
+// too. The encodings of shorter ones are two to four characters, which
+// would strip as many characters from the driver's own words as often as
+// they occur (the value itself is replaced at any length).
+const minEncodedLen = 4
+
+// encodedForms returns v in base64, with either alphabet and with or
+// without padding, and URL-escaped for a query or a path. Forms equal to v
+// are left out.
+func encodedForms(v string) []string {
+	b := []byte(v)
+	var out []string
+	for _, f := range []string{
+		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
+		url.QueryEscape(v), url.PathEscape(v),
+	} {
+		if f != v {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // textQuoted returns v as the protobuf text format writes it between its

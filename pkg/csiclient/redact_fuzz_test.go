@@ -1,7 +1,9 @@
 package csiclient
 
 import (
+	"encoding/base64"
 	"errors"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +16,8 @@ import (
 // FuzzRedact strips two secret values from a driver's error message.
 // Invariants: the code is kept; every byte of the message that lies in an
 // occurrence of a non-empty secret is gone, overlapping occurrences
-// included (a secret's quoted forms count as occurrences), and each run of
+// included (a secret's quoted forms count as occurrences, and so do its
+// base64 and URL-escaped forms when it has four bytes or more), and each run of
 // such bytes is one marker, the rest of the message kept as it is (checked against a byte mask built here); a
 // message without a secret comes back as the very same error. Text that
 // only resembles part of a secret ("passwor" for "password") is not an
@@ -48,6 +51,11 @@ func FuzzRedact(f *testing.F) {
 			if v != "" {
 				q := strconv.Quote(v)
 				forms = append(forms, v, q[1:len(q)-1], textQuoted(v))
+				if len(v) >= 4 {
+					b := []byte(v)
+					forms = append(forms, base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+						base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b), url.QueryEscape(v), url.PathEscape(v))
+				}
 			}
 		}
 		if want := maskSecrets(msg, forms...); st.Message() != want {
@@ -92,5 +100,34 @@ func TestRedactShortSecret(t *testing.T) {
 	got := r.replace("volume 1 of 10 failed")
 	if want := "volume " + stripped + " of " + stripped + "0 failed"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+	// Its base64 ("MQ") is not a form of it: too short to tell from words.
+	if got := r.replace("MQTT broker down"); got != "MQTT broker down" {
+		t.Errorf("got %q, want the message unchanged", got)
+	}
+}
+
+// TestRedactEncodedSecret: a driver that echoes a secret base64-encoded (as
+// in an HTTP Basic header or a JSON []byte) or URL-escaped (a URL with the
+// credentials in it) does not show it either.
+func TestRedactEncodedSecret(t *testing.T) {
+	const secret = "p@ss w/rd+?" // differs in every encoding
+	r := newRedactor(map[string]string{"password": secret})
+	for _, tc := range []struct{ name, msg string }{
+		{"base64", "auth " + base64.StdEncoding.EncodeToString([]byte(secret)) + " refused"},
+		{"base64 without padding", "auth " + base64.RawStdEncoding.EncodeToString([]byte(secret)) + " refused"},
+		{"base64 URL alphabet", "auth " + base64.URLEncoding.EncodeToString([]byte(secret)) + " refused"},
+		{"query escaped", "GET https://array/api?user=admin&password=" + url.QueryEscape(secret) + " refused"},
+		{"path escaped", "GET https://admin:" + url.PathEscape(secret) + "@array/api refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := r.replace(tc.msg)
+			if !strings.Contains(got, stripped) || strings.Contains(tc.msg, secret) {
+				t.Errorf("replace(%q) = %q: want the encoded secret stripped", tc.msg, got)
+			}
+			if !strings.HasSuffix(got, " refused") {
+				t.Errorf("replace(%q) = %q: want the driver's words kept", tc.msg, got)
+			}
+		})
 	}
 }
