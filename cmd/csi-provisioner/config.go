@@ -108,6 +108,9 @@ type Config struct {
 	loggingGates featuregate.MutableVersionedFeatureGate
 
 	set map[string]bool // flags given on the command line
+	// given lists the flags given on the command line as --name=value, in
+	// the order of their names, for the start-up log line.
+	given []string
 }
 
 // Feature gates of the provisioner, with upstream's names.
@@ -246,7 +249,10 @@ func parseFlags(args []string, output io.Writer) (*Config, error) {
 	if fs.NArg() > 0 {
 		return nil, unexpectedArgument(fs, args[:len(args)-fs.NArg()], fs.Arg(0))
 	}
-	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		c.set[f.Name] = true
+		c.given = append(c.given, "--"+f.Name+"="+f.Value.String())
+	})
 	c.Namespace, c.PodName, c.NodeName = os.Getenv("NAMESPACE"), os.Getenv("POD_NAME"), os.Getenv("NODE_NAME")
 	if c.NodeDeployment && !c.set["enable-binder"] {
 		// The binder is one per cluster; in node deployment every node

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -363,6 +364,32 @@ func TestKubeconfigFromEnvironment(t *testing.T) {
 			_, err := buildRESTConfig(&Config{Kubeconfig: tt.flag, KubeAPIQPS: 1, KubeAPIBurst: 1})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestGivenFlags: the start-up log line lists the flags given, as
+// --name=value by name, whatever their spelling, and nothing else.
+func TestGivenFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{args: nil, want: nil},
+		{
+			args: []string{"--worker-threads", "7", "-v4", "--timeout=30s", "--leader-election", "--feature-gates=Topology=false"},
+			want: []string{"--feature-gates=Topology=false", "--leader-election=true", "--timeout=30s", "--v=4", "--worker-threads=7"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			c, err := parseFlags(tt.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(c.given, tt.want) {
+				t.Errorf("given = %q, want %q", c.given, tt.want)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 
@@ -69,7 +70,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx := stopOnSignal(klog.NewContext(context.Background(), logger), signals, func() {
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	})
-	logger.Info("Starting csi-provisioner", "version", version)
+	// One line says what this process was asked to do: the flags given (the
+	// rest have the defaults of --help) and the collector target.
+	logger.Info("Starting csi-provisioner", "version", version, "flags", cfg.given, "gcPercent", gcPercent())
 
 	err = runSidecar(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
@@ -130,4 +133,14 @@ const standardLogDepth = 3
 func (standardLogWriter) Write(p []byte) (int, error) {
 	klog.InfoDepth(standardLogDepth, strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// gcPercent returns the collector's target as set (GOGC or the default).
+func gcPercent() uint64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
