@@ -412,7 +412,7 @@ func (s *diffSide) cleanup() {
 	ctx := context.Background()
 	if claims, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, c := range claims.Items {
-			_, _ = s.c.CoreV1().PersistentVolumeClaims(s.ns).Patch(ctx, c.Name, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			_, _ = s.c.CoreV1().PersistentVolumeClaims(s.ns).Patch(ctx, c.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 			_ = s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, c.Name, metav1.DeleteOptions{})
 		}
 	}
@@ -423,7 +423,7 @@ func (s *diffSide) cleanup() {
 	}
 	s.mu.Unlock()
 	for _, name := range names {
-		_, _ = s.c.CoreV1().PersistentVolumes().Patch(ctx, name, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		_, _ = s.c.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 		_ = s.c.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 	for _, c := range s.group.cases {
