@@ -144,6 +144,9 @@
 //     later, and with ImmediateBinding off the first node to see the claim
 //     posts it at once. All nodes give the event the same name, so the
 //     first create wins and the claim gets one, however many nodes decline.
+//     The wait and the retries of a failed post run in goroutines that
+//     end with the sidecar: RunGuard ends them and waits for them when its
+//     context ends (background.go).
 //   - A PV is deleted by the node its node affinity allows; every other
 //     node ignores it (ShouldDelete turns it down, so the library neither
 //     calls Delete nor counts a deletion in its metrics). A PV without

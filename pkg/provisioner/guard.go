@@ -23,7 +23,10 @@ const guardQueueName = "inflight_guard"
 // workers (at least one) until ctx is done, and returns after its workers
 // have stopped. The shared informer factory must be started by the caller;
 // the guard waits for the provisioner's informers to sync. Without a
-// recorder given to New, RunGuard also posts the provisioner's events.
+// recorder given to New, RunGuard also posts the provisioner's events. In
+// node deployment it also bounds the provisioner's background waits and
+// event retries (see background): when ctx ends it ends them and returns
+// after they have returned, and none starts after that.
 //
 // The guard watches claims that carry the in-flight finalizer and are
 // annotated for this driver (or were, when this process sent a
@@ -56,6 +59,8 @@ func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 		p.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
 		defer p.broadcaster.Shutdown()
 	}
+	p.bg.start(ctx)
+	defer p.bg.stop()
 	queue := p.newQueue(guardQueueName)
 	defer queue.ShutDown()
 

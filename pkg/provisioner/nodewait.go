@@ -229,12 +229,16 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		return
 	}
 	// The library may end ctx with the sync (its ProvisionTimeout option
-	// does); the wait is bounded by itself, and the post has its own
-	// timeout.
-	ctx = context.WithoutCancel(ctx)
+	// does); the wait is bounded by itself and ends with the sidecar, and
+	// the post has its own timeout.
 	timer := p.cfg.clock.NewTimer(grace)
-	go func() {
-		<-timer.C()
+	started := p.bg.run(ctx, func(ctx context.Context) {
+		select {
+		case <-timer.C():
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
 		cur, err := p.unowned(claim)
 		if err != nil {
 			return // taken, bound or gone: nothing to explain
@@ -248,7 +252,10 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 		if p.node.untaken.firstExplanation(cur.UID, p.cfg.clock.Now()) {
 			p.explainUntaken(ctx, cur, message)
 		}
-	}()
+	})
+	if !started {
+		timer.Stop() // the sidecar is stopping
+	}
 }
 
 // explainImmediateOff posts the claim's untaken-claim event for an
@@ -271,8 +278,11 @@ func (p *Provisioner) explainUntaken(ctx context.Context, claim *corev1.Persiste
 	if err := p.postUntaken(ctx, claim, message); err == nil || !p.node.untaken.startRetry(claim.UID) {
 		return
 	}
-	// As the grace period's wait: not ended with the library's sync.
-	go p.retryUntaken(context.WithoutCancel(ctx), claim, message)
+	// As the grace period's wait: not ended with the library's sync, but
+	// with the sidecar.
+	if !p.bg.run(ctx, func(ctx context.Context) { p.retryUntaken(ctx, claim, message) }) {
+		p.node.untaken.endRetry(claim.UID)
+	}
 }
 
 // retryUntaken posts the claim's event again after a failed post: after
@@ -289,7 +299,12 @@ func (p *Provisioner) retryUntaken(ctx context.Context, claim *corev1.Persistent
 			return
 		}
 		timer := clk.NewTimer(delay)
-		<-timer.C()
+		select {
+		case <-timer.C():
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
 		cur, err := p.unowned(claim)
 		if err != nil || selectedNodeName(cur) == p.node.NodeName || !p.node.untaken.has(cur.UID) {
 			return

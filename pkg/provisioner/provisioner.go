@@ -94,6 +94,7 @@ type Provisioner struct {
 	goneHandles    *goneHandles
 	handles        *handleRecords
 	node           *nodeDeployment // nil without WithNodeDeployment
+	bg             background
 }
 
 // New returns a provisioner for driver. It registers the informers it reads
