@@ -417,6 +417,7 @@ func TestNoPVCreateForDeletedVolume(t *testing.T) {
 		deleteErrs   []error
 		createAgain  bool // the claim is provisioned again after the deletion
 		otherHandle  bool // the create is of a PV of another volume
+		migrated     bool // an in-tree class migrated to the driver: the PV is in-tree
 		elapsed      time.Duration
 		wantCreatePV bool
 	}{
@@ -425,15 +426,25 @@ func TestNoPVCreateForDeletedVolume(t *testing.T) {
 		{name: "another volume", otherHandle: true, wantCreatePV: true},
 		{name: "deleted too long ago", elapsed: deletedVolumeTTL, wantCreatePV: true},
 		{name: "DeleteVolume failed", deleteErrs: []error{csiErr(codes.Unavailable)}, wantCreatePV: true},
+		{name: "migrated in-tree volume, retry after it was deleted", migrated: true},
+		{name: "migrated in-tree volume, CreateVolume returned it again", migrated: true, createAgain: true, wantCreatePV: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			claim, class := newClaim("c").Obj(), newClass().Obj()
+			caps, opts := baseCaps(), []Option{}
+			if tt.migrated {
+				claim, class = ebsClaim("c").Obj(), testutil.NewSC("gp2", ebsInTree).Obj()
+				caps, opts = ebsCaps(), append(opts, WithInTreeMigration(ebsInTree))
+			}
 			clk := clocktesting.NewFakeClock(time.Now())
-			h := newHarness(t, baseCaps(), append(cluster(), claim, class), WithClock(clk))
+			h := newHarness(t, caps, append(cluster(), claim, class), append(opts, WithClock(clk))...)
 			pv, _, err := h.provision(claim, class)
 			if err != nil {
 				t.Fatalf("Provision: %v", err)
+			}
+			if tt.migrated && (pv.Spec.CSI != nil || pv.Spec.AWSElasticBlockStore == nil) {
+				t.Fatalf("PV source = %+v, want the in-tree one", pv.Spec.PersistentVolumeSource)
 			}
 			released := pv.DeepCopy()
 			released.UID = "uid-pv"

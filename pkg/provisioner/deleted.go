@@ -69,13 +69,14 @@ func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
 //   - its reschedule of a claim also removes the in-flight finalizer when
 //     no CreateVolume for the claim is in flight (see libraryClaims).
 func (p *Provisioner) LibraryClient(client kubernetes.Interface) kubernetes.Interface {
-	return libraryClient{Interface: client, finished: p.finished, gone: p.goneHandles, attempts: p.attempts, reschedules: p.reschedules}
+	gone := goneCheck{handles: p.goneHandles, source: p.csiVolume}
+	return libraryClient{Interface: client, finished: p.finished, gone: gone, attempts: p.attempts, reschedules: p.reschedules}
 }
 
 type libraryClient struct {
 	kubernetes.Interface
 	finished    *finishedDeletions
-	gone        *goneHandles
+	gone        goneCheck
 	attempts    *ledger
 	reschedules *rescheduleNotes
 }
@@ -87,7 +88,7 @@ func (c libraryClient) CoreV1() typedcorev1.CoreV1Interface {
 type libraryCoreV1 struct {
 	typedcorev1.CoreV1Interface
 	finished    *finishedDeletions
-	gone        *goneHandles
+	gone        goneCheck
 	attempts    *ledger
 	reschedules *rescheduleNotes
 }
@@ -99,21 +100,22 @@ func (c libraryCoreV1) PersistentVolumes() typedcorev1.PersistentVolumeInterface
 type libraryVolumes struct {
 	typedcorev1.PersistentVolumeInterface
 	finished *finishedDeletions
-	gone     *goneHandles
+	gone     goneCheck
 }
 
-// Create creates pv, unless it is a CSI volume whose volume this process
-// deleted and no CreateVolume returned since (goneHandles): then it
-// returns pv without sending anything, which the library takes for a
-// saved PV.
+// Create creates pv, unless its volume (the CSI one, or the translated
+// one of a migrated in-tree volume) is one this process deleted and no
+// CreateVolume returned since (goneHandles): then it returns pv without
+// sending anything, which the library takes for a saved PV.
 func (c libraryVolumes) Create(ctx context.Context, pv *corev1.PersistentVolume, opts metav1.CreateOptions) (*corev1.PersistentVolume, error) {
-	if pv.Spec.CSI != nil && c.gone.Has(pv.Spec.CSI.VolumeHandle) {
+	logger := klog.FromContext(ctx)
+	if handle, gone := c.gone.deleted(logger, pv); gone {
 		var claim klog.ObjectRef
 		if ref := pv.Spec.ClaimRef; ref != nil {
 			claim = klog.KRef(ref.Namespace, ref.Name)
 		}
-		klog.FromContext(ctx).V(2).Info("Not creating the persistentvolume again: its volume was deleted since the first create, whose answer was lost",
-			"pv", klog.KObj(pv), "volumeID", pv.Spec.CSI.VolumeHandle, "claim", claim)
+		logger.V(2).Info("Not creating the persistentvolume again: its volume was deleted since the first create, whose answer was lost",
+			"pv", klog.KObj(pv), "volumeID", handle, "claim", claim)
 		return pv, nil
 	}
 	return c.PersistentVolumeInterface.Create(ctx, pv, opts)
@@ -152,6 +154,25 @@ type goneHandles struct {
 
 func newGoneHandles(clk clock.Clock) *goneHandles {
 	return &goneHandles{Set: expiring.NewSet[string](clk, deletedVolumeTTL)}
+}
+
+// goneCheck looks up a PV the library creates in goneHandles by the
+// handle of its volume: its CSI source, or the CSI source a migrated
+// in-tree volume translates to (the handle Delete recorded).
+type goneCheck struct {
+	handles *goneHandles
+	source  func(klog.Logger, *corev1.PersistentVolume) (*corev1.CSIPersistentVolumeSource, error)
+}
+
+// deleted returns the handle of pv's volume and whether this process
+// deleted that volume and no CreateVolume returned it since. A PV whose
+// volume is not this driver's, or does not translate, is not.
+func (g goneCheck) deleted(logger klog.Logger, pv *corev1.PersistentVolume) (string, bool) {
+	source, err := g.source(logger, pv)
+	if err != nil || source == nil {
+		return "", false
+	}
+	return source.VolumeHandle, g.handles.Has(source.VolumeHandle)
 }
 
 // deletedVolumeTTL is how long a successful DeleteVolume is remembered
