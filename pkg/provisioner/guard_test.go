@@ -302,6 +302,10 @@ func TestLedger(t *testing.T) {
 	if l.begin(uid) {
 		t.Error("a late final answer undid the release")
 	}
+	l.created(uid) // so does a late success
+	if l.state(uid) != attemptReleased {
+		t.Errorf("a late success undid the release: state %d", l.state(uid))
+	}
 	l.unrelease(uid)
 	if !l.begin(uid) {
 		t.Error("begin refused after unrelease")

@@ -370,3 +370,32 @@ func TestRestoreKeepsProtectionForOtherRestores(t *testing.T) {
 		t.Errorf("the last restore done left the snapshot protected")
 	}
 }
+
+// TestRestoreReleasesProtectionAfterOthersFailed: a claim whose restore got
+// a final CreateVolume answer no longer reads the snapshot, so it does not
+// keep the snapshot protected once the last running restore is done.
+func TestRestoreReleasesProtectionAfterOthersFailed(t *testing.T) {
+	group := ptr.To(snapshotAPIGroup)
+	failed := newClaim("failed").DataSource(group, kindVolumeSnapshot, "snap").Obj()
+	restored := newClaim("restored").DataSource(group, kindVolumeSnapshot, "snap").Obj()
+	snap, content := readySnapshot()
+	snaps := snapfake.NewSimpleClientset(snap, content) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+	class := newClass().Obj()
+	h := newHarness(t, snapshotCaps(), objs(failed, restored, class), WithSnapshotClient(snaps))
+
+	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.Internal)}}
+	if _, state, err := h.provision(failed, class); err == nil || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision(failed) = %v, %v; want a final error", state, err)
+	}
+	h.driver.createAnswers = nil
+	if _, state, err := h.provision(restored, class); err != nil || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision(restored) = %v, %v", state, err)
+	}
+	live, err := snaps.SnapshotV1().VolumeSnapshots(testNS).Get(t.Context(), "snap", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(live.Finalizers, SnapshotFinalizer) {
+		t.Errorf("the snapshot stays protected for a claim whose restore got a final answer: finalizers %v", live.Finalizers)
+	}
+}
