@@ -32,6 +32,10 @@ func FuzzRedact(f *testing.F) {
 	f.Add("aa", "", "aaa")
 	f.Add("ab", "cd", "xabcdx")
 	f.Add("a\"b", "c\\d", `value:"a\"b" value:"c\\d" map[a:a"b]`)
+	f.Add("abcd", "bc", "xabcdx")                                 // one occurrence inside another
+	f.Add("pass", "", "auth cGFzcw== refused")                    // the shortest secret whose base64 goes too
+	f.Add("???>", "", "auth Pz8_Pg refused")                      // base64, URL alphabet, unpadded only
+	f.Add("q\"r\u00a0s", "", `"q\"r\u00a0s" "q\"r`+"\u00a0"+`s"`) // Go-quoted and text-format forms
 	f.Fuzz(func(t *testing.T, s1, s2, msg string) {
 		r := newRedactor(map[string]string{"a": s1, "b": s2})
 		in := status.Error(codes.InvalidArgument, msg)

@@ -21,9 +21,13 @@ import (
 // while the call's gRPC code, and so its class, stays the driver's.
 func TestDriverErrorEchoingSecrets(t *testing.T) {
 	// The third value has characters that the request's text format
-	// escapes: %v of the request shows `p\"w\\d\n1`, not the value.
-	const secret, other, escaped = "s3cr3t-value", "0th3r-s3cr3t", "p\"w\\d\n1"
-	secrets := map[string]string{"password": secret, "token": other, "key": escaped}
+	// escapes: %v of the request shows `p\"w\\d\n1`, not the value. The
+	// fourth one also has a character that the text format writes as it
+	// is but Go's quoting escapes (a no-break space): %v shows
+	// `q\"r` + "\u00a0" + `s`, which neither the value nor its Go quoting
+	// finds.
+	const secret, other, escaped, mixed = "s3cr3t-value", "0th3r-s3cr3t", "p\"w\\d\n1", "q\"r\u00a0s"
+	secrets := map[string]string{"password": secret, "token": other, "key": escaped, "cert": mixed}
 	echo := func(req fmt.Stringer) error {
 		return status.Errorf(codes.Internal, "cannot handle request %v", req)
 	}
@@ -80,7 +84,7 @@ func TestDriverErrorEchoingSecrets(t *testing.T) {
 			if !strings.Contains(out, "cannot handle request") {
 				t.Errorf("the logs do not show the driver's error: the check below proves nothing\n%s", out)
 			}
-			for _, v := range []string{secret, other, escaped, `p\"w\\d\n1`} {
+			for _, v := range []string{secret, other, escaped, `p\"w\\d\n1`, mixed, `q\"r` + "\u00a0" + `s`} {
 				if strings.Contains(msg, v) {
 					t.Errorf("the error carries the secret %q: %s", v, msg)
 				}
