@@ -88,6 +88,14 @@ func TestGuardSync(t *testing.T) {
 			},
 		},
 		{
+			// Its claimRef names the claim but for the UID: that volume
+			// does not record this claim's create, which may still run.
+			name: "PV the driver provisioned for an older claim of the same name", claim: guarded().Deleted().Obj(), binderOff: true, wantKept: true,
+			pvs: func(*corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("old-volume", testDriver).ClaimRef(testNS, "c", "uid-old").Annotation(storagehelpers.AnnDynamicallyProvisioned, testDriver).Obj())
+			},
+		},
+		{
 			name: "PV of another driver", claim: guarded().Obj(), binderOff: true, wantKept: true,
 			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
 				return objs(testutil.NewPV("pvc-uid-c", "other.example.com").BoundTo(c).Obj())
@@ -442,5 +450,24 @@ func TestCreatedVolumeNotCreatedAgain(t *testing.T) {
 				t.Errorf("second Provision = %v, %v with %d CreateVolume calls; want the PV from a repeated call", again, err, calls)
 			}
 		})
+	}
+}
+
+// TestEnqueueForgetsBoundClaim: a claim seen bound without the in-flight
+// finalizer needs no record any more; the ledger forgets it then rather
+// than when the claim is deleted, which may be never.
+func TestEnqueueForgetsBoundClaim(t *testing.T) {
+	h := newHarness(t, baseCaps(), nil)
+	queue := workqueue.NewTyped[string]()
+	defer queue.ShutDown()
+	claim := newClaim("c").VolumeName("pvc-uid-c").Obj()
+	h.p.attempts.begin(claim.UID)
+	h.p.attempts.created(claim.UID)
+	h.p.enqueueClaim(queue, claim)
+	if st := h.p.attempts.state(claim.UID); st != attemptUnknown {
+		t.Errorf("ledger state of a bound claim without the finalizer = %d, want it forgotten", st)
+	}
+	if n := queue.Len(); n != 0 {
+		t.Errorf("%d keys queued, want none", n)
 	}
 }

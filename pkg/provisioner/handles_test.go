@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -141,6 +142,14 @@ func TestHandleCountsFollowTheInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHolder("pv-a") // the first by name of two
+	// Once the informer has pv-b, it holds pv-a's handle: a PV never
+	// holds a handle against itself, even when it is first by name.
+	err = wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return h.p.handleHolder("vol-1", "pv-a") == "pv-b", nil
+	})
+	if err != nil {
+		t.Errorf("handleHolder of pv-a's handle = %q, want pv-b", h.p.handleHolder("vol-1", "pv-a"))
+	}
 	if err := pvs.Delete(t.Context(), "pv-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -153,5 +162,30 @@ func TestHandleCountsFollowTheInformer(t *testing.T) {
 	defer h.p.handles.mu.Unlock()
 	if n := len(h.p.handles.counts); n != 0 {
 		t.Errorf("%d handle counts left once every PV of the driver is gone, want none", n)
+	}
+}
+
+// TestPendingHandle: a volume this process recorded holds its handle
+// before the informer shows its PV, so that two claims answered with one
+// ID at the same time cannot both record it; the record holds only for
+// pendingHandleTTL when the informer never shows the PV.
+func TestPendingHandle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := newHarness(t, baseCaps(), nil, WithClock(clk))
+	if other := h.p.claimHandle("vol-1", "pv-a"); other != "" {
+		t.Fatalf("claimHandle for pv-a = %q, want none", other)
+	}
+	// The informer showing another PV with the handle (of another driver,
+	// say) does not settle pv-a's record.
+	h.p.handles.seen(pvWithHandle("pv-x", "other.example.com", "vol-1"))
+	if other := h.p.claimHandle("vol-1", "pv-b"); other != "pv-a" {
+		t.Errorf("claimHandle for pv-b = %q, want pv-a, which recorded the volume first", other)
+	}
+	if other := h.p.handleHolder("vol-1", "pv-a"); other != "" {
+		t.Errorf("handleHolder of pv-a's own handle = %q, want none", other)
+	}
+	clk.Step(pendingHandleTTL)
+	if other := h.p.handleHolder("vol-1", "pv-b"); other != "" {
+		t.Errorf("handleHolder after pendingHandleTTL = %q, want none: the informer never showed pv-a", other)
 	}
 }

@@ -100,6 +100,11 @@ func TestCapacity(t *testing.T) {
 	}{
 		{name: "zero is the requested size", capacity: 0, wantPV: "1Gi", wantState: controller.ProvisioningFinished},
 		{name: "larger", capacity: 2 * gi, wantPV: "2Gi", wantState: controller.ProvisioningFinished},
+		{name: "exactly the requested size", capacity: gi, wantPV: "1Gi", wantState: controller.ProvisioningFinished},
+		{
+			name: "one byte smaller: deleted, not final", capacity: gi - 1, wantState: controller.ProvisioningInBackground,
+			wantErr: "created volume capacity 1073741823 less than requested capacity 1073741824", wantDelete: 1,
+		},
 		{
 			name: "smaller: deleted, not final", capacity: 1024, wantState: controller.ProvisioningInBackground,
 			wantErr: "created volume capacity 1024 less than requested capacity 1073741824", wantDelete: 1,
@@ -301,6 +306,18 @@ func TestInflightFinalizer(t *testing.T) {
 				c = c.DeepCopy()
 				c.Spec.VolumeName = ""
 				inflight.Add(c)
+				return c
+			},
+			wantState: controller.ProvisioningFinished, wantIgnore: true,
+		},
+		{
+			// The claim was deleted and created again under its name: the
+			// library's copy is of the old one, whose volume nobody needs.
+			name:  "the library's copy is of an earlier claim of the same name",
+			claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Obj() },
+			libCopy: func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+				c = c.DeepCopy()
+				c.UID = "uid-old"
 				return c
 			},
 			wantState: controller.ProvisioningFinished, wantIgnore: true,

@@ -399,3 +399,26 @@ func TestRestoreReleasesProtectionAfterOthersFailed(t *testing.T) {
 		t.Errorf("the snapshot stays protected for a claim whose restore got a final answer: finalizers %v", live.Finalizers)
 	}
 }
+
+// TestRestoreOfDeletedClaimNeverStarted: a claim being deleted without the
+// in-flight finalizer never had a CreateVolume, and gets none; nor does its
+// snapshot get the source protection, which nothing would remove but the
+// sweep.
+func TestRestoreOfDeletedClaimNeverStarted(t *testing.T) {
+	claim := newClaim("restored").DataSource(ptr.To(snapshotAPIGroup), kindVolumeSnapshot, "snap").Deleted().Obj()
+	snap, content := readySnapshot()
+	snaps := snapfake.NewSimpleClientset(snap, content) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+	class := newClass().Obj()
+	h := newHarness(t, snapshotCaps(), objs(claim, class), WithSnapshotClient(snaps))
+	if _, state, err := h.provision(claim, class); !isIgnoredError(err) || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision = %v, %v; want an ignored error", state, err)
+	}
+	for _, a := range snaps.Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("the snapshot API got a %s of %s for a claim that gets no CreateVolume", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	if n := len(h.driver.createCalls()); n != 0 {
+		t.Errorf("%d CreateVolume calls, want none", n)
+	}
+}
