@@ -194,9 +194,10 @@ func sameString(a, b string) bool { return unsafe.StringData(a) == unsafe.String
 // append to a shared slice never writes into the shared array.
 func TestCopiesOwnTheirMemory(t *testing.T) {
 	tr := New()
-	// Three finalizers: decoded, their slice has room for a fourth.
+	// Three finalizers and three access modes: decoded, each slice has
+	// room for a fourth.
 	claim := func(name string) *corev1.PersistentVolumeClaim {
-		return fresh(t, boundClaim(name).Finalizers("x", "y").Obj())
+		return fresh(t, boundClaim(name).Finalizers("x", "y").AccessModes(corev1.ReadWriteOnce, corev1.ReadOnlyMany, corev1.ReadWriteMany).Obj())
 	}
 	a, _ := tr.Transform(claim("a"))
 	b, _ := tr.Transform(claim("b"))
@@ -204,6 +205,9 @@ func TestCopiesOwnTheirMemory(t *testing.T) {
 	want := claim("b")
 	if c := claim("c").Finalizers; cap(c) == len(c) {
 		t.Fatal("the decoded slice has no spare capacity; the append below tests nothing")
+	}
+	if m := claim("c").Spec.AccessModes; cap(m) == len(m) {
+		t.Fatal("the decoded access modes have no spare capacity; the append below tests nothing")
 	}
 
 	cp := ca.DeepCopy()
@@ -216,6 +220,11 @@ func TestCopiesOwnTheirMemory(t *testing.T) {
 	fb := append(cb.Finalizers, "added-to-b")
 	if fa[len(fa)-1] != "added-to-a" || fb[len(fb)-1] != "added-to-b" {
 		t.Errorf("appends to two claims' finalizers overwrote each other: %v, %v", fa, fb)
+	}
+	ma := append(ca.Spec.AccessModes, corev1.ReadWriteOncePod)
+	mb := append(cb.Spec.AccessModes, "added-to-b")
+	if ma[len(ma)-1] != corev1.ReadWriteOncePod || mb[len(mb)-1] != "added-to-b" {
+		t.Errorf("appends to two claims' access modes overwrote each other: %v, %v", ma, mb)
 	}
 
 	if !equality.Semantic.DeepEqual(cb, want) {
