@@ -3,6 +3,7 @@ package binder
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -118,6 +119,35 @@ func TestOwnWritesCache(t *testing.T) {
 	f.binder.getVolume("pv1")
 	if got := f.binder.pvs.len() + f.binder.claims.len(); got != 0 {
 		t.Errorf("own cache holds %d objects after the informers caught up, want 0", got)
+	}
+}
+
+// TestReservationCached: a reservation the informer has not seen yet is
+// honoured by the next sync even when the binding stopped right after it:
+// another claim must not take the volume from a stale informer copy.
+func TestReservationCached(t *testing.T) {
+	f := newFixture(t, objs(classFast(), claimB("c1").Class("fast").Obj(), claimB("c2").Class("fast").Obj(), volumeB("pv1").Class("fast").Obj()))
+	f.api.fail = func(n int, _ k8stesting.Action) error {
+		if n > 1 {
+			return errCrash
+		}
+		return nil
+	}
+	if _, err := f.runSync("pvc/c1"); !errors.Is(err, errCrash) {
+		t.Fatalf("sync of c1: error %v, want the crash after the reservation", err)
+	}
+	f.actions()
+	f.api.fail = nil
+	if _, err := f.runSync("pvc/c2"); err != nil {
+		t.Fatalf("sync of c2: %v", err)
+	}
+	for _, a := range writesOnly(f.actions()) {
+		if strings.Contains(a, "pv1") {
+			t.Errorf("the sync of c2 wrote %q: it took the volume reserved for c1", a)
+		}
+	}
+	if ref := f.volume("pv1").Spec.ClaimRef; ref == nil || ref.Name != "c1" {
+		t.Errorf("pv1 claimRef = %v, want c1", ref)
 	}
 }
 

@@ -469,3 +469,41 @@ func TestSyncPendingClaim(t *testing.T) {
 	}
 	runSyncCases(t, cases)
 }
+
+// TestCheckVolumeSatisfyClaimSize: a volume requested by name must hold at
+// least what the claim requests, to the byte.
+func TestCheckVolumeSatisfyClaimSize(t *testing.T) {
+	claim := claimB("c1").Size("1Gi").Obj()
+	for _, tc := range []struct {
+		size    string
+		wantErr bool
+	}{
+		{size: "1Gi"},
+		{size: "1073741823", wantErr: true},
+		{size: "2Gi"},
+	} {
+		err := checkVolumeSatisfyClaim(volumeB("pv1").Size(tc.size).Obj(), claim)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("volume of %s for a claim of 1Gi: error %v, want error %v", tc.size, err, tc.wantErr)
+		}
+	}
+}
+
+// TestFindBestMatchAccessModes: a volume that lacks an access mode the
+// claim requests is never matched, unbound or pre-bound to the claim
+// (FindMatchingVolume checks access modes only on the scheduler's path).
+func TestFindBestMatchAccessModes(t *testing.T) {
+	claim := claimB("c1").Class("fast").AccessModes(corev1.ReadWriteMany).Obj()
+	for _, pv := range []*corev1.PersistentVolume{
+		volumeB("pv-unbound").Class("fast").AccessModes(corev1.ReadWriteOnce).Phase(corev1.VolumeAvailable).Obj(),
+		volumeB("pv-prebound").Class("fast").AccessModes(corev1.ReadWriteOnce).ClaimRef(ns, "c1", "").Phase(corev1.VolumeAvailable).Obj(),
+	} {
+		if got, err := findBestMatch(claim, []*corev1.PersistentVolume{pv}, false); err != nil || got != nil {
+			t.Errorf("findBestMatch(ReadWriteMany claim, %s with ReadWriteOnce) = %v, %v; want no volume", pv.Name, got, err)
+		}
+	}
+	ok := volumeB("pv-ok").Class("fast").AccessModes(corev1.ReadWriteOnce, corev1.ReadWriteMany).Phase(corev1.VolumeAvailable).Obj()
+	if got, err := findBestMatch(claim, []*corev1.PersistentVolume{ok}, false); err != nil || got != ok {
+		t.Errorf("findBestMatch(ReadWriteMany claim, pv-ok) = %v, %v; want pv-ok", got, err)
+	}
+}
