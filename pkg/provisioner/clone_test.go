@@ -288,6 +288,7 @@ func TestCloneSourceSync(t *testing.T) {
 		return newClaim("src").VolumeName("pv-src").Phase(corev1.ClaimBound).Finalizers("kubernetes.io/pvc-protection", CloneFinalizer)
 	}
 	pendingClone := cloneOf("src").Phase(corev1.ClaimPending).Obj()
+	newClone := cloneOf("src").Phase("").Obj() // just created: no phase yet
 	boundClone := cloneOf("src").Phase(corev1.ClaimBound).Obj()
 	refOnly := cloneOf("src").Phase(corev1.ClaimPending).Obj()
 	refOnly.Name, refOnly.Spec.DataSource = "ref-only", nil
@@ -301,6 +302,7 @@ func TestCloneSourceSync(t *testing.T) {
 	}{
 		{"deleting, a clone pending: kept", objs(protected().Deleted().Obj(), pendingClone), false},
 		{"deleting, a clone pending through dataSourceRef only: kept", objs(protected().Deleted().Obj(), refOnly), false},
+		{"deleting, a clone without a phase yet: kept", objs(protected().Deleted().Obj(), newClone), false},
 		{"deleting, the clone bound: removed", objs(protected().Deleted().Obj(), boundClone), true},
 		{"deleting, no clone: removed", objs(protected().Deleted().Obj()), true},
 		{"deleting, pending clones of other claims or namespaces only: removed", objs(protected().Deleted().Obj(), otherNS, otherSource), true},
