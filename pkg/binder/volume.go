@@ -89,10 +89,12 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 // otherClaimBoundTo returns an existing claim, other than the one ref
 // names (namespace, name and UID: a claim with the UID but another name is
 // another claim, one the claimRef was edited away from), that completed a
-// binding to pv and still names it in spec.volumeName, or nil.
+// binding to pv and still names it in spec.volumeName, or nil. A claim
+// being deleted counts: kubernetes.io/pvc-protection keeps it while pods
+// still use the volume, and its deletion queues the volume again.
 func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.ObjectReference) *corev1.PersistentVolumeClaim {
 	other := func(c *corev1.PersistentVolumeClaim) bool {
-		return (c.UID != ref.UID || claimKey(c) != claimRefKey(ref)) && c.DeletionTimestamp == nil
+		return c.UID != ref.UID || claimKey(c) != claimRefKey(ref)
 	}
 	if objs, err := b.pvcInformer.GetIndexer().ByIndex(indexClaimByVolume, pv.Name); err == nil {
 		for _, obj := range objs {

@@ -3,8 +3,10 @@ package binder
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -52,6 +54,11 @@ func TestSyncVolume(t *testing.T) {
 	provisioned := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).Obj()
 	provisionedEditedToC2 := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).BoundTo(c2Elsewhere).Obj()
 	provisionedEditedToGone := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef(ns, "gone", "uid-gone").Obj()
+	// c1 is being deleted, and kubernetes.io/pvc-protection keeps it
+	// while its pods still use the volume.
+	c1Terminating := c1Bound.DeepCopy()
+	c1Terminating.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	c1Terminating.Finalizers = []string{"kubernetes.io/pvc-protection"}
 	provisionedRenamed := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef(ns, "c1-renamed", "uid-c1").Obj()
 	provisionedOtherNS := bound(corev1.PersistentVolumeReclaimDelete).Annotation(annProvisionedBy, driver).ClaimRef("ns2", "c1", "uid-c1").Obj()
 	c1BoundUIDNamed := claimB("c1").Class("fast").VolumeName("pvc-uid-c1").Annotation(annBindCompleted, "yes").
@@ -214,6 +221,14 @@ func TestSyncVolume(t *testing.T) {
 		{
 			name:    "guard: claimRef edited to a claim that does not exist while another claim is bound to the volume: kept, Warning",
 			objects: objs(c1Bound, provisionedEditedToGone),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{provisionedEditedToGone},
+			actions: []string{"get pvc/gone"},
+			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/gone", ns+"/c1")},
+		},
+		{
+			name:    "guard: claimRef edited to a claim that does not exist while a claim being deleted is bound to the volume: kept, Warning",
+			objects: objs(c1Terminating, provisionedEditedToGone),
 			sync:    "pv/pv1",
 			volumes: []*corev1.PersistentVolume{provisionedEditedToGone},
 			actions: []string{"get pvc/gone"},

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -210,4 +211,55 @@ func TestBinderClaimRefMovedToMisboundClaim(t *testing.T) {
 		}
 	}
 	e.waitEvent(intruder.UID, corev1.EventTypeWarning, "ClaimMisbound", "Two claims are bound to the same volume, this one is bound incorrectly")
+}
+
+// TestBinderClaimRefEditedAwayFromTerminatingClaim: an administrator points
+// the claimRef of a Bound volume at a claim that does not exist, and the
+// claim bound to it is then deleted, but stays while its pods still use the
+// volume (kubernetes.io/pvc-protection; here a finalizer of the test's).
+// The volume is not Released while that claim exists (with policy Delete
+// its data would be deleted under the pods), a Warning VolumeStillInUse
+// names the claim, and once the claim is gone the volume is Released.
+func TestBinderClaimRefEditedAwayFromTerminatingClaim(t *testing.T) {
+	const podsFinalizer = "kube-storage.io/test-pods-use-it"
+	e := newEnv(t, controlplane.Need(t, shared))
+	name := e.name("pv")
+	wrap, hold := holdVolumeUpdates(name)
+	e.startBinder(binderConfig{wrap: wrap})
+	sc := e.createClass(testutil.NewSC(e.name("sc"), e.driver))
+	pv := e.createPV(testutil.NewPV(name, e.driver).Class(sc.Name).ReclaimPolicy(corev1.PersistentVolumeReclaimRetain))
+	e.waitPVPhase(pv.Name, corev1.VolumeAvailable)
+	claim := e.createClaim(testutil.NewPVC(e.ns, "data").Class(sc.Name).Finalizers(podsFinalizer))
+	e.waitClaim(claim.Name, "Bound", isBound)
+
+	// Deleted first, so that the Warning can only come from a claim being
+	// deleted.
+	e.deleteClaim(claim.Name)
+	e.waitClaim(claim.Name, "being deleted", func(c *corev1.PersistentVolumeClaim) bool { return c.DeletionTimestamp != nil })
+	hold.Store(true)
+	edited := e.getPV(pv.Name)
+	edited.Spec.ClaimRef.Name, edited.Spec.ClaimRef.UID = "gone", "uid-gone"
+	if _, err := e.c.CoreV1().PersistentVolumes().Update(t.Context(), edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "no VolumeStillInUse event naming the claim being deleted", func(ctx context.Context) (bool, error) {
+		if got := e.getPV(pv.Name); got.Status.Phase != corev1.VolumeBound {
+			t.Fatalf("the volume of a claim being deleted, still bound to it, became %s after its claimRef was edited away", got.Status.Phase)
+		}
+		evs, err := e.events(ctx, pv.UID)
+		for _, ev := range evs {
+			if strings.HasPrefix(ev, "Warning VolumeStillInUse:") && strings.Contains(ev, e.ns+"/"+claim.Name) {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+
+	// The pods are gone: the claim goes, and the volume with it.
+	// A merge patch: the binder may still be writing the claim.
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	if _, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Patch(t.Context(), claim.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPVPhase(pv.Name, corev1.VolumeReleased)
 }
