@@ -247,6 +247,7 @@ func (p *Provisioner) forgetClaim(obj interface{}) {
 	}
 	if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 		p.attempts.forget(claim.UID)
+		p.synced.forget(claim.UID)
 		p.reschedules.take(claim.UID)
 		p.topologies.drop(claim.UID)
 		p.node.forget(claim.UID)

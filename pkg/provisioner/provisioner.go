@@ -94,6 +94,7 @@ type Provisioner struct {
 	goneHandles    *goneHandles
 	handles        *handleRecords
 	node           *nodeDeployment // nil without WithNodeDeployment
+	synced         *syncedVersions
 	bg             background
 }
 
@@ -139,6 +140,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 		finished:    newFinishedDeletions(cfg.clock),
 		deleted:     expiring.NewSet[deletedVolume](cfg.clock, deletedVolumeTTL),
 		goneHandles: newGoneHandles(cfg.clock),
+		synced:      newSyncedVersions(),
 		handles:     newHandleRecords(cfg.clock),
 	}
 	if cfg.node != nil {
@@ -164,7 +166,9 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	classes := factory.Storage().V1().StorageClasses()
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
-	p.libraryClaims = &libraryInformer{SharedIndexInformer: p.claimInf, skip: inflightOnly}
+	p.libraryClaims = &libraryInformer{SharedIndexInformer: p.claimInf, skip: func(old, cur interface{}) bool {
+		return inflightOnly(old, cur) || p.synced.alreadySynced(old, cur)
+	}}
 	p.libraryVolumes = &libraryInformer{SharedIndexInformer: p.volumeInf}
 	p.hasSynced = append(p.hasSynced, p.claimInf.HasSynced, p.volumeInf.HasSynced, classes.Informer().HasSynced)
 	volumeIndex, err := volindex.Add(p.volumeInf, p.UIDNamePrefix())
@@ -274,7 +278,19 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // Once ctx has ended (the sidecar stops) it returns false: the library's
 // workers go on taking the claims left in their queue, and would post a
 // Normal Provisioning event for each before Provision fails.
+//
+// The version of a claim it returns true for is remembered (see
+// syncedVersions), so that its late update notification does not make the
+// library sync it again.
 func (p *Provisioner) ShouldProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
+	if !p.shouldProvision(ctx, claim) {
+		return false
+	}
+	p.synced.record(claim)
+	return true
+}
+
+func (p *Provisioner) shouldProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
 	logger := klog.FromContext(ctx)
 	if ctx.Err() != nil || !p.annotatedForUs(claim) || claim.Spec.VolumeName != "" {
 		return false

@@ -359,9 +359,11 @@ func (r *updateRecorder) OnUpdate(_, obj interface{}) {
 }
 
 // TestLibraryClaimUpdates: the library's claim handlers get every claim
-// update except one that only adds or removes the in-flight finalizer,
-// which would make the library sync a claim it is provisioning or has
-// provisioned again and count a provisioning failure.
+// update except one that only adds or removes the in-flight finalizer, and
+// one that brings a version the library already decided to provision
+// (read from its cache before the notification came); either would make
+// the library sync a claim it is provisioning or has provisioned again and
+// count a provisioning failure.
 func TestLibraryClaimUpdates(t *testing.T) {
 	claim := func() *testutil.PVCBuilder { return newClaim("c").RV("1").Finalizers("kubernetes.io/pvc-protection") }
 	withInflight := func() *testutil.PVCBuilder {
@@ -370,7 +372,10 @@ func TestLibraryClaimUpdates(t *testing.T) {
 	tests := []struct {
 		name     string
 		old, new *corev1.PersistentVolumeClaim
-		want     bool
+		// synced, when set, is the version ShouldProvision said yes to
+		// before the update arrived.
+		synced *corev1.PersistentVolumeClaim
+		want   bool
 	}{
 		{name: "the provisioner adds the in-flight finalizer", old: claim().Obj(), new: withInflight().Obj()},
 		{name: "the guard removes it", old: withInflight().Obj(), new: claim().RV("3").Obj()},
@@ -385,6 +390,33 @@ func TestLibraryClaimUpdates(t *testing.T) {
 		{name: "another finalizer changes", old: claim().Obj(), new: newClaim("c").RV("2").Obj(), want: true},
 		{name: "an annotation changes", old: withInflight().Obj(), new: withInflight().RV("3").Annotation("a", "b").Obj(), want: true},
 		{name: "a resync", old: withInflight().Obj(), new: withInflight().Obj(), want: true},
+		{
+			name:   "kube-controller-manager's hand-over, provisioned from the cache before its notification",
+			old:    testutil.NewPVC(testNS, "c").UID("uid-c").Class(testClass).RV("1").Obj(),
+			new:    newClaim("c").RV("2").Obj(),
+			synced: newClaim("c").RV("2").Obj(),
+		},
+		{
+			name:   "a version newer than the one provisioned",
+			old:    newClaim("c").RV("2").Obj(),
+			new:    newClaim("c").RV("3").VolumeName("pv").Obj(),
+			synced: newClaim("c").RV("2").Obj(),
+			want:   true,
+		},
+		{
+			name:   "a resync of the version provisioned",
+			old:    newClaim("c").RV("2").Obj(),
+			new:    newClaim("c").RV("2").Obj(),
+			synced: newClaim("c").RV("2").Obj(),
+			want:   true,
+		},
+		{
+			name:   "another claim's version",
+			old:    testutil.NewPVC(testNS, "c").UID("uid-c").Class(testClass).RV("1").Obj(),
+			new:    newClaim("c").RV("2").Obj(),
+			synced: newClaim("d").RV("2").Obj(),
+			want:   true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -394,6 +426,9 @@ func TestLibraryClaimUpdates(t *testing.T) {
 			rec := &updateRecorder{}
 			if _, err := lib.AddEventHandler(rec); err != nil {
 				t.Fatal(err)
+			}
+			if tt.synced != nil && !h.p.ShouldProvision(h.ctx, tt.synced) {
+				t.Fatal("ShouldProvision = false, want true")
 			}
 			inf.handler.OnUpdate(tt.old, tt.new)
 			if got := len(rec.updated) == 1; got != tt.want {
