@@ -49,6 +49,9 @@ type Config struct {
 	Fsync bool
 	// ExtraAPIServerArgs are appended to kube-apiserver's arguments.
 	ExtraAPIServerArgs []string
+	// ExtraControllerManagerArgs are appended to kube-controller-manager's
+	// arguments (for example a shorter --pvclaimbinder-sync-period).
+	ExtraControllerManagerArgs []string
 
 	// pickPort replaces FreePort for etcd and kube-apiserver, so a test can
 	// hand out a taken port.
@@ -329,6 +332,7 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	if cp.cfg.ControllerManagerBurst > 0 {
 		args = append(args, "--kube-api-burst="+strconv.Itoa(cp.cfg.ControllerManagerBurst))
 	}
+	args = append(args, cp.cfg.ExtraControllerManagerArgs...)
 	p, err := StartProcess("kube-controller-manager", cp.Binaries.KubeControllerManager, args, nil, filepath.Join(cp.Dir, "kube-controller-manager.log"))
 	if err != nil {
 		return err
