@@ -165,17 +165,11 @@ func diffScenarios() []diffScenario {
 				c.patchPV("nouid", `{"spec":{"claimRef":{"uid":null}}}`)
 				c.e.deleteClaim("recycle")
 			},
-		}, differ: []diffExpected{{
-			step: 1, key: "claim/nouid",
-			ours: "phase=Bound volume=nouid capacity=1Gi modes=[ReadWriteOnce] bindCompleted=true boundByController=true provisioner=false events=[]",
-			kcm:  "phase=Lost volume=nouid capacity=0 modes=[] bindCompleted=true boundByController=true provisioner=false events=[Warning ClaimMisbound]",
-			why:  "README: a bound claim whose volume's claimRef lost its UID (a hand edit) binds it again; upstream marks it Lost",
-		}, {
-			step: 1, key: "pv/nouid",
-			ours: "phase=Bound claimRef=nouid(uid) boundByController=true events=[]",
-			kcm:  "phase=Available claimRef=nouid(no uid) boundByController=true events=[]",
-			why:  "the same hand edit: ours restores the UID, upstream leaves the volume Available",
-		}}},
+			func(c *diffCase) {
+				// The deleted volume of the Lost claim comes back.
+				c.createPV(c.pv("lost").Label("pair", "lost"))
+			},
+		}, differ: append(noUIDDiffers(1), noUIDDiffers(2)...)},
 		{name: "missing-class", pvs: func(c *diffCase) {
 			c.createPV(c.pv("fits").Class(c.e.name("missing")))
 		}, steps: []func(c *diffCase){func(c *diffCase) {
@@ -197,6 +191,42 @@ func diffScenarios() []diffScenario {
 				c.createPV(c.pv("provisioned").Annotation(annProvisionedBy, c.e.driver).ClaimRef(c.e.ns, "user", uid))
 			},
 		}},
+		{name: "edge", pvs: func(c *diffCase) {
+			c.createPV(c.pv("other-pre").Class(c.other).ClaimRef(c.e.ns, "other-pre", ""))
+			c.createPV(c.pv("small-pre").ClaimRef(c.e.ns, "small-pre", ""))
+			c.createPV(c.pv("wffc-named").Class(c.wffc))
+			c.createPV(c.pv("doomed").Label("doomed", "yes").Finalizers("binderdiff.csi.example/hold"))
+			if err := c.e.c.CoreV1().PersistentVolumes().Delete(c.t.Context(), c.pvName("doomed"), metav1.DeleteOptions{}); err != nil {
+				c.t.Fatal(err)
+			}
+		}, steps: []func(c *diffCase){func(c *diffCase) {
+			// Pre-bound by claimRef to a volume of another class, and to
+			// one too small; pre-bound by spec.volumeName to a delayed
+			// binding volume, and to one being deleted; selecting only a
+			// volume being deleted.
+			c.createClaim(c.claim("other-pre").Class(c.wffc))
+			c.createClaim(c.claim("small-pre").Size("2Gi"))
+			c.createClaim(c.claim("wffc-named").Class(c.wffc).VolumeName(c.pvName("wffc-named")))
+			c.createClaim(c.claim("doomed-named").VolumeName(c.pvName("doomed")))
+			c.createClaim(c.claim("doomed-sel").Class(c.wffc).Selector(map[string]string{"doomed": "yes"}))
+		}}},
+		{name: "claimref-moved", pvs: func(c *diffCase) {
+			c.createPV(c.pv("uid").Label("pair", "uid"))
+			c.createPV(c.pv("name").Label("pair", "name"))
+		}, steps: []func(c *diffCase){
+			func(c *diffCase) {
+				c.createClaim(c.claim("uid").Selector(map[string]string{"pair": "uid"}))
+				c.createClaim(c.claim("name").Selector(map[string]string{"pair": "name"}))
+				c.createClaim(c.claim("to-uid").Class(c.wffc))
+				c.createClaim(c.claim("to-name").Class(c.wffc))
+			},
+			func(c *diffCase) {
+				// An admin moves the claimRef of a Bound volume to another
+				// pending claim, with its UID and by name only.
+				c.patchPV("uid", `{"spec":{"claimRef":{"name":"to-uid","uid":"`+string(c.claimUIDs["to-uid"])+`"}}}`)
+				c.patchPV("name", `{"spec":{"claimRef":{"name":"to-name","uid":null}}}`)
+			},
+		}, differ: movedByNameDiffers()},
 		{name: "race", pvs: func(c *diffCase) {
 			c.createPV(c.pv("one"))
 		}, steps: []func(c *diffCase){func(c *diffCase) {
@@ -234,4 +264,38 @@ func (c *diffCase) patchPV(id, patch string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// noUIDDiffers is the documented difference of a Bound volume whose
+// claimRef UID an admin removed.
+func noUIDDiffers(step int) []diffExpected {
+	return []diffExpected{{
+		step: step, key: "claim/nouid",
+		ours: "phase=Bound volume=nouid capacity=1Gi modes=[ReadWriteOnce] bindCompleted=true boundByController=true provisioner=false events=[]",
+		kcm:  "phase=Lost volume=nouid capacity=0 modes=[] bindCompleted=true boundByController=true provisioner=false events=[Warning ClaimMisbound]",
+		why:  "README: a bound claim whose volume's claimRef lost its UID (a hand edit) binds it again; upstream marks it Lost",
+	}, {
+		step: step, key: "pv/nouid",
+		ours: "phase=Bound claimRef=nouid(uid) boundByController=true events=[]",
+		kcm:  "phase=Available claimRef=nouid(no uid) boundByController=true events=[]",
+		why:  "the same hand edit: ours restores the UID, upstream leaves the volume Available",
+	}}
+}
+
+// movedByNameDiffers is the documented difference of a Bound volume whose
+// claimRef an admin moved, by name only, to another claim: the claim still
+// bound to it keeps it (Lost, as upstream), the other claim does not get it.
+func movedByNameDiffers() []diffExpected {
+	const why = "README: a volume whose claimRef was edited away from a claim still bound to it is not bound to another claim (VolumeStillInUse); upstream binds it to the claim named"
+	return []diffExpected{{
+		step: 1, key: "claim/to-name",
+		ours: "phase=Pending volume= capacity=0 modes=[] bindCompleted=false boundByController=false provisioner=false events=[Normal WaitForFirstConsumer]",
+		kcm:  "phase=Bound volume=name capacity=1Gi modes=[ReadWriteOnce] bindCompleted=true boundByController=true provisioner=false events=[Normal WaitForFirstConsumer]",
+		why:  why,
+	}, {
+		step: 1, key: "pv/name",
+		ours: "phase=Available claimRef=to-name(no uid) boundByController=true events=[Warning VolumeStillInUse]",
+		kcm:  "phase=Bound claimRef=to-name(uid) boundByController=true events=[]",
+		why:  why,
+	}}
 }
