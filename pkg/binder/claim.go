@@ -49,29 +49,39 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	class := b.classOf(claim)
 	ours := b.ownsClass(class)
 
-	// Delayed binding comes from the class alone (only this driver's
-	// classes matter: for another provisioner's class only volumes pre-bound
-	// to the claim are candidates). A claim with a selected node is to be
-	// provisioned: it never takes an unbound static volume (seed bug 1),
-	// only one pre-bound to it. Nor does a claim being deleted (its
-	// in-flight finalizer may keep it for a whole CreateVolume): it would
-	// take a volume from a live claim only for the volume to be Released,
-	// and reclaimed, when it goes. A volume pre-bound to it (the one
-	// provisioned for it) is still bound, so the finalizer can go.
-	delay := false
-	if ours {
-		var err error
-		if delay, err = storagehelpers.IsDelayBindingMode(claim, b.scLister); err != nil {
+	// Delayed binding comes from the class alone. A claim with a selected
+	// node is to be provisioned: it never takes an unbound static volume
+	// (seed bug 1), only one pre-bound to it. Nor does a claim being
+	// deleted (its in-flight finalizer may keep it for a whole
+	// CreateVolume): it would take a volume from a live claim only for the
+	// volume to be Released, and reclaimed, when it goes. A volume
+	// pre-bound to it (the one provisioned for it) is still bound, so the
+	// finalizer can go.
+	//
+	// A claim of another provisioner's class (kubernetes.io/no-provisioner
+	// for static volumes, typically) takes an unbound static volume of this
+	// driver in that class too, as kube-controller-manager's binder binds
+	// it before handing the claim to that provisioner. A class without a
+	// binding mode is reported only when it is ours; another provisioner's
+	// is then left to its binder, with only volumes pre-bound to the claim
+	// as candidates.
+	delay, matchUnbound := false, class == nil
+	if class != nil {
+		d, err := storagehelpers.IsDelayBindingMode(claim, b.scLister)
+		switch {
+		case err == nil:
+			delay, matchUnbound = d, true
+		case ours:
 			return result{}, fmt.Errorf("sync claim %s: %w", claimKey(claim), err)
 		}
 	}
 	selected := storagehelpers.IsDelayBindingProvisioning(claim)
 
-	// Candidates: volumes in scope pre-bound to the claim and, unless the
-	// class belongs to another provisioner, unbound volumes of the class.
+	// Candidates: volumes in scope pre-bound to the claim and unbound
+	// volumes in scope of the class.
 	candidates := func() []*corev1.PersistentVolume {
 		pvs := b.volumesReferencing(claim)
-		if class == nil || ours {
+		if matchUnbound {
 			pvs = append(pvs, b.unboundVolumesOfClass(className)...)
 		}
 		return pvs

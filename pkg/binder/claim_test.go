@@ -422,8 +422,24 @@ func TestSyncPendingClaim(t *testing.T) {
 			events:  []string{"pvc/c1 Normal FailedBinding no persistent volumes available for this claim and no storage class is set"},
 		},
 		{
-			name:    "scope: a claim of another provisioner's class is not bound to our volume of that class",
+			// kube-controller-manager's binder binds it before handing the
+			// claim to that provisioner (kubernetes.io/no-provisioner for
+			// static volumes, typically); TestBinderDifferential.
+			name:    "a claim of another provisioner's class takes our unbound volume of that class",
 			objects: objs(classOther(), cOtherClass, pvOtherClass),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cOtherClass, pvOtherClass, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvOtherClass, cOtherClass, true)},
+			actions: bindActions,
+		},
+		{
+			name:    "a claim of another provisioner's WaitForFirstConsumer class does not take an unbound volume, silently",
+			objects: objs(testutil.NewSC("other", otherDriver).WaitForFirstConsumer().Obj(), cOtherClass, pvOtherClass),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "a claim of another provisioner's class without binding mode: no unbound volume, not our error",
+			objects: objs(testutil.NewSC("other", otherDriver).NoBindingMode().Obj(), cOtherClass, pvOtherClass),
 			sync:    "pvc/c1",
 		},
 		{

@@ -66,9 +66,11 @@
 // [WithInTreeMigration], the migrated in-tree plugin, whose in-tree volumes
 // count too), and a claim only when its class's provisioner is the driver
 // (or that plugin), when it is bound or pre-bound to such a
-// volume, when such a volume is pre-bound to it, or, for a claim whose class
-// is "" or does not exist, when such a volume matches it. (A claim whose
-// class does not exist also gets a ProvisioningFailed event.)
+// volume, when such a volume is pre-bound to it, or when such a volume
+// matches it (a claim of another provisioner's class too, as
+// kube-controller-manager's binder binds static volumes before it hands a
+// claim to its provisioner). (A claim whose class does not exist also gets a
+// ProvisioningFailed event.)
 //
 // Events go through an events.Deduplicator: each cause is reported once per
 // object, not once per retry.

@@ -59,8 +59,8 @@ func (b *Binder) resync(ctx context.Context) {
 //     unless another claim is still bound to that volume);
 //   - a claim out of scope that nothing in scope refers to: spec.volumeName
 //     names a volume out of scope, or its class exists with another
-//     provisioner, no volume in scope is pre-bound to it, and it has no
-//     spec.volumeName.
+//     provisioner, no volume in scope is pre-bound to it or unbound in that
+//     class, and it has no spec.volumeName.
 //
 // Every other claim, in particular every pending claim of this driver or
 // without a class object, needs work: a static volume may have appeared, its
@@ -76,7 +76,7 @@ func (b *Binder) claimNeedsWork(claim *corev1.PersistentVolumeClaim) bool {
 		}
 		class := b.classOf(claim)
 		if class != nil && !b.ownsClass(class) {
-			return len(b.volumesReferencing(claim)) > 0
+			return len(b.volumesReferencing(claim)) > 0 || len(b.unboundVolumesOfClass(class.Name)) > 0
 		}
 		return true
 	}

@@ -3,6 +3,7 @@ package binder
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -307,7 +308,7 @@ func uidNamed(state []runtime.Object) ([]runtime.Object, map[string]string) {
 // thousand settled bindings are not queued, the few objects that need work
 // are.
 func TestResyncQueuesOnlyWork(t *testing.T) {
-	state := objs(classFast())
+	state := objs(classFast(), classOther(), testutil.NewSC("manual", otherDriver).Obj())
 	for i := range 1000 {
 		c := claimB(fmt.Sprintf("c%d", i)).Class("fast").VolumeName(fmt.Sprintf("pv%d", i)).
 			Annotation(annBindCompleted, "yes").Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
@@ -329,11 +330,17 @@ func TestResyncQueuesOnlyWork(t *testing.T) {
 		volumeB("retained").ClaimRef(ns, "gone", "uid-gone").Phase(corev1.VolumeReleased). // idle
 													ReclaimPolicy(corev1.PersistentVolumeReclaimRetain).Obj(),
 		testutil.NewPV("foreign", otherDriver).Phase(corev1.VolumePending).Obj(), // out of scope
+		// Claims of another provisioner's classes: one may take our
+		// unbound volume of its class, the other has none to take.
+		claimB("manual").Class("manual").Obj(),
+		volumeB("manual-static").Class("manual").Obj(),
+		claimB("other").Class("other").Obj(),
 	)
 	f := newFixture(t, state)
 	f.binder.resync(f.ctx)
 	got := f.queued()
-	want := []string{"pvc/ns/pending", "pv/new"}
+	slices.Sort(got) // the lister's order
+	want := []string{"pv/new", "pvc/ns/manual", "pvc/ns/pending"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("resync queued %v, want %v", got, want)
 	}

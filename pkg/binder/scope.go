@@ -19,10 +19,12 @@ import (
 //   - a claim is in scope when its StorageClass's provisioner is the driver
 //     (or the migrated in-tree plugin),
 //     when its spec.volumeName names a volume in scope, when a volume in
-//     scope is pre-bound to it (claimRef), or, for a claim without a class
-//     object (class "" or a class that does not exist), when it matches a
-//     static volume in scope; a claim with no class at all (nil, not "")
-//     also when the default class names the driver (see defaultclass.go).
+//     scope is pre-bound to it (claimRef), or when it matches an unbound
+//     static volume in scope (whatever its class: a claim of another
+//     provisioner's class is matched as kube-controller-manager's binder
+//     matches it before handing it to that provisioner); a claim with no
+//     class at all (nil, not "") also when the default class names the
+//     driver (see defaultclass.go).
 //
 // The one exception is the ProvisioningFailed event on a claim whose class
 // does not exist: nobody else would report it.

@@ -3,6 +3,8 @@ package integration
 import (
 	"strings"
 
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -168,6 +170,8 @@ func diffScenarios() []diffScenario {
 			func(c *diffCase) {
 				// The deleted volume of the Lost claim comes back.
 				c.createPV(c.pv("lost").Label("pair", "lost"))
+				// An admin clears the claimRef of the Failed volume.
+				c.patchPV("recycle", `{"spec":{"claimRef":null}}`)
 			},
 		}, differ: append(noUIDDiffers(1), noUIDDiffers(2)...)},
 		{name: "missing-class", pvs: func(c *diffCase) {
@@ -227,6 +231,13 @@ func diffScenarios() []diffScenario {
 				c.patchPV("name", `{"spec":{"claimRef":{"name":"to-name","uid":null}}}`)
 			},
 		}, differ: movedByNameDiffers()},
+		{name: "foreign-class", pvs: func(c *diffCase) {
+			foreign := c.e.createClass(testutil.NewSC(c.e.name("foreign"), "other."+c.e.driver)).Name
+			c.createPV(c.pv("ours").Class(foreign))
+		}, steps: []func(c *diffCase){func(c *diffCase) {
+			// A volume of this driver in the class of another provisioner.
+			c.createClaim(c.claim("foreign").Class(c.e.name("foreign")))
+		}}},
 		{name: "race", pvs: func(c *diffCase) {
 			c.createPV(c.pv("one"))
 		}, steps: []func(c *diffCase){func(c *diffCase) {
