@@ -63,18 +63,18 @@ type diffSide struct {
 // own classes: sc (Immediate), other (Immediate, a class no claim uses) and
 // wffc (WaitForFirstConsumer), all of the side's driver.
 type diffCase struct {
-	t                *testing.T
-	e                env
-	sc, other, wffc  string
-	claimUIDs        map[string]types.UID
-	scenario, sideNm string
+	t               *testing.T
+	e               env
+	sc, other, wffc string
+	claimUIDs       map[string]types.UID
+	scenario, side  string
 }
 
 func newDiffCase(t *testing.T, side *diffSide, scenario string) *diffCase {
 	t.Helper()
 	e := *side.e
 	e.ns = newNamespace(t, e.cp)
-	c := &diffCase{t: t, e: e, scenario: scenario, sideNm: side.name, claimUIDs: map[string]types.UID{}}
+	c := &diffCase{t: t, e: e, scenario: scenario, side: side.name, claimUIDs: map[string]types.UID{}}
 	c.sc = e.createClass(testutil.NewSC(e.name("sc"), e.driver)).Name
 	c.other = e.createClass(testutil.NewSC(e.name("other"), e.driver)).Name
 	c.wffc = e.createClass(testutil.NewSC(e.name("wffc"), e.driver).WaitForFirstConsumer()).Name
@@ -200,7 +200,7 @@ func settleBoth(t *testing.T, rb *runningBinder, cases []*diffCase) []diffState 
 		for i, c := range cases {
 			s, err := c.state(t.Context())
 			if err != nil {
-				t.Fatalf("state of %s on %s: %v", c.scenario, c.sideNm, err)
+				t.Fatalf("state of %s on %s: %v", c.scenario, c.side, err)
 			}
 			out[i], ok = s, ok && s.ready()
 		}
