@@ -62,6 +62,9 @@ type diffGroup struct {
 	flags []string
 	// noTopology: the driver does not report VOLUME_ACCESSIBILITY_CONSTRAINTS.
 	noTopology bool
+	// publish: the driver reports PUBLISH_UNPUBLISH_VOLUME, so both
+	// sidecars check VolumeAttachments before DeleteVolume.
+	publish bool
 	// uuidLength is --volume-name-uuid-length, to recognise claim UIDs in
 	// volume names.
 	uuidLength int
@@ -171,7 +174,9 @@ func startDiffSide(t *testing.T, cp *controlplane.ControlPlane, kind, bin string
 	}
 	s.driver = &recordingDriver{
 		controllerDriver: controllerDriver{name: ns + ".diff.csi.kube-storage.io", topology: !g.noTopology},
+		publish:          g.publish,
 		requests:         map[string]*csi.CreateVolumeRequest{},
+		deleteErrs:       map[string]*deleteScript{},
 	}
 	s.registerNodes()
 	s.watch()
@@ -525,11 +530,49 @@ func (s *diffSide) pv(name string) []string {
 
 // recordingDriver records each CreateVolumeRequest and answers it with a
 // volume named after the request, of the required size, in the first
-// preferred (else requisite) topology, with the content source asked.
+// preferred (else requisite) topology, with the content source asked. It
+// records each DeleteVolumeRequest too, and answers it OK unless a
+// deleteScript of the volume says otherwise.
 type recordingDriver struct {
 	controllerDriver
-	mu       sync.Mutex
-	requests map[string]*csi.CreateVolumeRequest
+	publish    bool
+	mu         sync.Mutex
+	requests   map[string]*csi.CreateVolumeRequest
+	deletes    []*csi.DeleteVolumeRequest
+	deleteErrs map[string]*deleteScript
+}
+
+// deleteScript makes DeleteVolume of one volume fail with err, times
+// times (for ever if times is negative).
+type deleteScript struct {
+	err   error
+	times int
+}
+
+// failDelete makes DeleteVolume of volume id fail with err, times times
+// (negative: until failDelete is called again with times 0).
+func (d *recordingDriver) failDelete(id string, err error, times int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if times == 0 {
+		delete(d.deleteErrs, id)
+		return
+	}
+	d.deleteErrs[id] = &deleteScript{err: err, times: times}
+}
+
+// deleteRequests returns copies of the DeleteVolumeRequests received for
+// volume id, in order.
+func (d *recordingDriver) deleteRequests(id string) []*csi.DeleteVolumeRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*csi.DeleteVolumeRequest
+	for _, req := range d.deletes {
+		if req.GetVolumeId() == id {
+			out = append(out, proto.Clone(req).(*csi.DeleteVolumeRequest))
+		}
+	}
+	return out
 }
 
 func (d *recordingDriver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
@@ -539,6 +582,12 @@ func (d *recordingDriver) ControllerGetCapabilities(context.Context, *csi.Contro
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	} {
+		caps.Capabilities = append(caps.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}},
+		})
+	}
+	if d.publish {
+		c := csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
 		caps.Capabilities = append(caps.Capabilities, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}},
 		})
@@ -568,7 +617,19 @@ func (d *recordingDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeR
 	return &csi.CreateVolumeResponse{Volume: vol}, nil
 }
 
-func (d *recordingDriver) DeleteVolume(context.Context, *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+func (d *recordingDriver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deletes = append(d.deletes, proto.Clone(req).(*csi.DeleteVolumeRequest))
+	if script := d.deleteErrs[req.GetVolumeId()]; script != nil {
+		if script.times > 0 {
+			script.times--
+			if script.times == 0 {
+				delete(d.deleteErrs, req.GetVolumeId())
+			}
+		}
+		return nil, script.err
+	}
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
