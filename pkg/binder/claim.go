@@ -116,6 +116,13 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 			logger.V(4).Info("Class of the claim not cached yet", "class", className)
 			return result{}, nil
 		}
+		// A static volume of another driver in that class fits: that
+		// driver's binder (or kube-controller-manager's) binds it, and a
+		// Warning would stay on a claim that ends Bound.
+		if b.foreignVolumeFits(claim, className) {
+			logger.V(4).Info("Class of the claim does not exist, but another driver's volume fits it", "class", className)
+			return result{}, nil
+		}
 		// Nobody can provision it and nothing static matches: say so once.
 		b.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className))
 		return result{}, nil
@@ -128,6 +135,24 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 		logger.V(5).Info("Claim is not in scope", "class", className)
 		return result{}, nil
 	}
+}
+
+// foreignVolumeFits reports whether a volume out of scope, of class
+// className and unbound or pre-bound to claim, fits claim. It lists every
+// volume: it runs only for a claim whose class does not exist.
+func (b *Binder) foreignVolumeFits(claim *corev1.PersistentVolumeClaim, className string) bool {
+	var candidates []*corev1.PersistentVolume
+	for _, o := range b.pvInformer.GetStore().List() {
+		pv, ok := o.(*corev1.PersistentVolume)
+		if !ok || b.volumeInScope(pv) || storagehelpers.GetPersistentVolumeClass(pv) != className {
+			continue
+		}
+		if pv.Spec.ClaimRef == nil || claimRefKey(pv.Spec.ClaimRef) == claimKey(claim) {
+			candidates = append(candidates, pv)
+		}
+	}
+	pv, err := findBestMatch(claim, candidates, false)
+	return err == nil && pv != nil
 }
 
 // handToProvisioner sets the storage-provisioner annotations (both keys) to

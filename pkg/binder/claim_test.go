@@ -380,6 +380,21 @@ func TestSyncPendingClaim(t *testing.T) {
 			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},
 		},
 		{
+			// Another driver's binder (or kube-controller-manager's) binds
+			// it: a Warning would stay on a claim that ends Bound.
+			name:    "class not found but another driver's static volume of that class fits: silent",
+			objects: objs(cGhost, testutil.NewPV("pv9", otherDriver).UID("uid-pv9").Class("ghost").Obj()),
+			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
+		},
+		{
+			name:    "class not found and another driver's volume of that class does not fit: ProvisioningFailed",
+			objects: objs(cGhost, testutil.NewPV("pv9", otherDriver).UID("uid-pv9").Class("ghost").Size("100Mi").Obj()),
+			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
+			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},
+		},
+		{
 			// kubectl apply of a class and its claim: the claim's event
 			// can come before the class's.
 			name:    "class created just before the claim, not cached yet: no Warning",

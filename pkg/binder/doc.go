@@ -70,7 +70,7 @@
 // matches it (a claim of another provisioner's class too, as
 // kube-controller-manager's binder binds static volumes before it hands a
 // claim to its provisioner). (A claim whose class does not exist also gets a
-// ProvisioningFailed event.)
+// ProvisioningFailed event, unless another driver's static volume fits it.)
 //
 // Events go through an events.Deduplicator: each cause is reported once per
 // object, not once per retry.

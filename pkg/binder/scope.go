@@ -27,7 +27,8 @@ import (
 //     driver (see defaultclass.go).
 //
 // The one exception is the ProvisioningFailed event on a claim whose class
-// does not exist: nobody else would report it.
+// does not exist and that no static volume fits, not even another
+// driver's: nobody else would report it.
 
 // volumeInScope reports whether pv belongs to the driver: a CSI volume of
 // the driver, one provisioned by it or, with in-tree migration, a volume of
