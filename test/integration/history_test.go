@@ -39,6 +39,7 @@ type pvState struct {
 // claimState is one observed state of a claim.
 type claimState struct {
 	event      watch.EventType
+	namespace  string
 	name       string
 	uid        types.UID
 	phase      corev1.PersistentVolumeClaimPhase
@@ -121,7 +122,7 @@ func (h *history) add(event watch.EventType, obj any) {
 		}
 		h.pvs = append(h.pvs, s)
 	case *corev1.PersistentVolumeClaim:
-		h.claims = append(h.claims, claimState{event: event, name: o.Name, uid: o.UID, phase: o.Status.Phase, volumeName: o.Spec.VolumeName})
+		h.claims = append(h.claims, claimState{event: event, namespace: o.Namespace, name: o.Name, uid: o.UID, phase: o.Status.Phase, volumeName: o.Spec.VolumeName})
 	case *metav1.Status:
 		h.errs = append(h.errs, fmt.Sprintf("%s: %s", event, o.Message))
 	case nil:
