@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -530,7 +533,8 @@ func (s *diffSide) pv(name string) []string {
 
 // recordingDriver records each CreateVolumeRequest and answers it with a
 // volume named after the request, of the required size, in the first
-// preferred (else requisite) topology, with the content source asked. It
+// preferred (else requisite) topology, with the content source asked,
+// unless the request's parameters script a failure (see createScript). It
 // records each DeleteVolumeRequest too, and answers it OK unless a
 // deleteScript of the volume says otherwise.
 type recordingDriver struct {
@@ -540,7 +544,22 @@ type recordingDriver struct {
 	requests   map[string]*csi.CreateVolumeRequest
 	deletes    []*csi.DeleteVolumeRequest
 	deleteErrs map[string]*deleteScript
+	// creates counts the CreateVolume calls by volume name; changed
+	// names the volumes whose request differed from the first one.
+	creates map[string]int
+	changed map[string]bool
 }
+
+// Class parameters that script CreateVolume: the first fail-times calls
+// of a volume fail with the gRPC code fail-code (a name such as
+// "INVALID_ARGUMENT"), or get the answer fail-answer instead: "small" (half
+// the required size) or "noid" (a volume without volume_id). Later calls
+// succeed.
+const (
+	paramFailCode   = "fail-code"
+	paramFailTimes  = "fail-times"
+	paramFailAnswer = "fail-answer"
+)
 
 // deleteScript makes DeleteVolume of one volume fail with err, times
 // times (for ever if times is negative).
@@ -597,11 +616,37 @@ func (d *recordingDriver) ControllerGetCapabilities(context.Context, *csi.Contro
 
 func (d *recordingDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	d.mu.Lock()
-	d.requests[req.GetName()] = proto.Clone(req).(*csi.CreateVolumeRequest)
+	if first := d.requests[req.GetName()]; first != nil && !proto.Equal(first, req) {
+		if d.changed == nil {
+			d.changed = map[string]bool{}
+		}
+		d.changed[req.GetName()] = true
+	} else if first == nil {
+		d.requests[req.GetName()] = proto.Clone(req).(*csi.CreateVolumeRequest)
+	}
+	if d.creates == nil {
+		d.creates = map[string]int{}
+	}
+	d.creates[req.GetName()]++
+	call := d.creates[req.GetName()]
 	d.mu.Unlock()
 	size := req.GetCapacityRange().GetRequiredBytes()
 	if size == 0 {
 		size = 1 << 30
+	}
+	answer := ""
+	if times, err := strconv.Atoi(req.GetParameters()[paramFailTimes]); err == nil && call <= times {
+		if name := req.GetParameters()[paramFailCode]; name != "" {
+			var code codes.Code
+			if err := code.UnmarshalJSON([]byte(strconv.Quote(name))); err != nil {
+				return nil, status.Errorf(codes.Internal, "test script: %v", err)
+			}
+			return nil, status.Errorf(code, "scripted failure %d", call)
+		}
+		answer = req.GetParameters()[paramFailAnswer]
+	}
+	if answer == "small" {
+		size /= 2
 	}
 	vol := &csi.Volume{
 		VolumeId: "id-" + req.GetName(), CapacityBytes: size, VolumeContext: map[string]string{"answer": "yes"},
@@ -613,6 +658,9 @@ func (d *recordingDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeR
 		} else if r := top.GetRequisite(); len(r) > 0 {
 			vol.AccessibleTopology = r[:1]
 		}
+	}
+	if answer == "noid" {
+		vol.VolumeId = ""
 	}
 	return &csi.CreateVolumeResponse{Volume: vol}, nil
 }
