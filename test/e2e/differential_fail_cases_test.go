@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -74,6 +76,22 @@ func failCases() []failCase {
 		// removes the node (reschedule) only for RESOURCE_EXHAUSTED.
 		{diff: diffCase{name: "exhausted-wffc", fails: true, class: both(wffc, failClass("RESOURCE_EXHAUSTED", 1, "")), claim: onNode("diff-n1")}, done: rescheduled},
 		{diff: diffCase{name: "internal-wffc", fails: true, class: both(wffc, failClass("INTERNAL", 2, "")), claim: onNode("diff-n1")}, done: recoveredAfter(2)},
+		{diff: diffCase{name: "unavailable-wffc", fails: true, class: both(wffc, failClass("UNAVAILABLE", 2, "")), claim: onNode("diff-n1")}, done: recoveredAfter(2)},
+		// A claim deleted while CreateVolume keeps failing with a final
+		// answer goes, and no volume is made.
+		{
+			diff: diffCase{name: "deleted", fails: true, class: failClass("INTERNAL", 1000, "")},
+			done: hasWarning("ProvisioningFailed"),
+			then: func(s *diffSide, name string) {
+				if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+					s.t.Fatal(err)
+				}
+			},
+			thenDone: func(st failState) bool { return st.phase == "gone" },
+			// The retries (their number and their events) depend on
+			// when the case is looked at.
+			ignore: []string{"CreateVolume calls", "warnings", "normal event reasons"},
+		},
 		// A volume smaller than requested is deleted again and the
 		// create retried.
 		{diff: diffCase{name: "small", fails: true, class: failClass("", 1, "small")}, done: recovered},

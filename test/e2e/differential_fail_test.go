@@ -34,6 +34,12 @@ type failCase struct {
 	done, upstreamDone func(st failState) bool
 	// differ lists the deliberate differences, by key.
 	differ map[string]delDiffer
+	// ignore lists keys not compared (they depend on timing).
+	ignore []string
+	// then, if set, is done on each side once the case settled; the case
+	// then settles again on thenDone and is compared again.
+	then     func(s *diffSide, name string)
+	thenDone func(st failState) bool
 }
 
 // failState is what a user and the driver see of one claim on one side.
@@ -116,23 +122,37 @@ func TestDifferentialCreateVolumeFailures(t *testing.T) {
 				upDone = c.upstreamDone
 			}
 			u, o := up.failSettle(t, c.diff.name, upDone), ours.failSettle(t, c.diff.name, c.done)
-			for _, msg := range compareFail(c, u, o) {
+			for _, msg := range compareFail(c.differ, c.ignore, u, o) {
 				t.Error(msg)
 			}
 			t.Logf("upstream: %v", u.keys())
 			t.Logf("ours:     %v", o.keys())
+			if c.then == nil {
+				return
+			}
+			c.then(up, c.diff.name)
+			c.then(ours, c.diff.name)
+			u, o = up.failSettle(t, c.diff.name, c.thenDone), ours.failSettle(t, c.diff.name, c.thenDone)
+			for _, msg := range compareFail(nil, c.ignore, u, o) {
+				t.Error("then: " + msg)
+			}
+			t.Logf("then upstream: %v", u.keys())
+			t.Logf("then ours:     %v", o.keys())
 		})
 	}
 }
 
-// compareFail reports every key whose value differs between the sides
-// and is not a deliberate difference, and every deliberate difference that
-// is not what the case says.
-func compareFail(c failCase, up, ours failState) []string {
+// compareFail reports every key not ignored whose value differs between
+// the sides and is not a deliberate difference, and every deliberate
+// difference that is not what the case says.
+func compareFail(differ map[string]delDiffer, ignore []string, up, ours failState) []string {
 	var errs []string
 	u, o := up.keys(), ours.keys()
 	for _, k := range slices.Sorted(maps.Keys(u)) {
-		if d, ok := c.differ[k]; ok {
+		if slices.Contains(ignore, k) {
+			continue
+		}
+		if d, ok := differ[k]; ok {
 			if u[k] != d.upstream || o[k] != d.ours {
 				errs = append(errs, fmt.Sprintf("%s: expected difference (%s) is now\n\tupstream: %s\n\tours:     %s", k, d.why, u[k], o[k]))
 			}
