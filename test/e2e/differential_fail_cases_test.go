@@ -43,6 +43,16 @@ func provisioned(st failState) bool {
 // overflowWhy is the reason of the overflow case's differences.
 const overflowWhy = "README comparison table: a claim requesting more than the largest int64 bytes gets a Warning and no CreateVolume"
 
+// deleteFailClaim deletes the case's claim.
+func deleteFailClaim(s *diffSide, name string) {
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// existsWhy is the reason of the exists-deleted case's differences.
+const existsWhy = "README comparison table: a claim deleted while CreateVolume answers ALREADY_EXISTS keeps the in-flight finalizer"
+
 // noIDWhy is the reason of the no-id case's differences.
 const noIDWhy = "README comparison table: a CreateVolume answer no PV can record is retried with a Warning"
 
@@ -80,17 +90,33 @@ func failCases() []failCase {
 		// A claim deleted while CreateVolume keeps failing with a final
 		// answer goes, and no volume is made.
 		{
-			diff: diffCase{name: "deleted", fails: true, class: failClass("INTERNAL", 1000, "")},
-			done: hasWarning("ProvisioningFailed"),
-			then: func(s *diffSide, name string) {
-				if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.t.Context(), name, metav1.DeleteOptions{}); err != nil {
-					s.t.Fatal(err)
-				}
-			},
+			diff:     diffCase{name: "deleted", fails: true, class: failClass("INTERNAL", 1000, "")},
+			done:     hasWarning("ProvisioningFailed"),
+			then:     deleteFailClaim,
 			thenDone: func(st failState) bool { return st.phase == "gone" },
 			// The retries (their number and their events) depend on
 			// when the case is looked at.
 			ignore: []string{"CreateVolume calls", "warnings", "normal event reasons"},
+		},
+		// ALREADY_EXISTS: the driver has a volume of this name with
+		// other parameters. Upstream lets the claim go and the volume
+		// stay; this sidecar keeps the claim, with a Warning that says
+		// what to do.
+		{
+			diff:   diffCase{name: "exists-deleted", fails: true, class: failClass("ALREADY_EXISTS", 1000, "")},
+			done:   hasWarning("ProvisioningFailed"),
+			then:   deleteFailClaim,
+			ignore: []string{"CreateVolume calls", "warnings", "normal event reasons"},
+			thenDone: func(st failState) bool {
+				return st.phase == "gone" || slices.ContainsFunc(st.warnings, func(w string) bool {
+					return strings.Contains(w, "keeps finalizer csi-provisioner.kube-storage.io/provisioning")
+				})
+			},
+			thenDiffer: map[string]delDiffer{
+				"phase":               {"gone", "Pending", existsWhy},
+				"deleting":            {"false", "true", existsWhy},
+				"storage-provisioner": {"", "NS.diff.csi.kube-storage.io", existsWhy},
+			},
 		},
 		// A volume smaller than requested is deleted again and the
 		// create retried.

@@ -38,8 +38,9 @@ type failCase struct {
 	ignore []string
 	// then, if set, is done on each side once the case settled; the case
 	// then settles again on thenDone and is compared again.
-	then     func(s *diffSide, name string)
-	thenDone func(st failState) bool
+	then       func(s *diffSide, name string)
+	thenDone   func(st failState) bool
+	thenDiffer map[string]delDiffer
 }
 
 // failState is what a user and the driver see of one claim on one side.
@@ -52,6 +53,7 @@ type failState struct {
 	// deletes is the number of DeleteVolume calls for the volume.
 	deletes  int
 	phase    string
+	deleting bool
 	selected bool
 	// provisioner is the claim's volume.kubernetes.io/storage-provisioner.
 	provisioner string
@@ -67,6 +69,7 @@ func (st failState) keys() map[string]string {
 		"request changed":      strconv.FormatBool(st.changed),
 		"DeleteVolume calls":   strconv.Itoa(st.deletes),
 		"phase":                st.phase,
+		"deleting":             strconv.FormatBool(st.deleting),
 		"selected-node":        strconv.FormatBool(st.selected),
 		"storage-provisioner":  st.provisioner,
 		"pv":                   strconv.FormatBool(st.pv),
@@ -133,7 +136,7 @@ func TestDifferentialCreateVolumeFailures(t *testing.T) {
 			c.then(up, c.diff.name)
 			c.then(ours, c.diff.name)
 			u, o = up.failSettle(t, c.diff.name, c.thenDone), ours.failSettle(t, c.diff.name, c.thenDone)
-			for _, msg := range compareFail(nil, c.ignore, u, o) {
+			for _, msg := range compareFail(c.thenDiffer, c.ignore, u, o) {
 				t.Error("then: " + msg)
 			}
 			t.Logf("then upstream: %v", u.keys())
@@ -196,6 +199,7 @@ func (s *diffSide) failState(ctx context.Context, name string) (failState, error
 	switch {
 	case err == nil:
 		st.phase = string(claim.Status.Phase)
+		st.deleting = claim.DeletionTimestamp != nil
 		_, st.selected = claim.Annotations[selectedNodeAnn]
 		st.provisioner = s.normalise(claim.Annotations["volume.kubernetes.io/storage-provisioner"])
 	case !apierrors.IsNotFound(err):
