@@ -531,10 +531,11 @@ func (s *diffSide) pv(name string) []string {
 	return strings.Split(s.normalise(string(b)), "\n")
 }
 
-// recordingDriver records each CreateVolumeRequest and answers it with a
+// recordingDriver records the first CreateVolumeRequest of each volume name
+// (and whether a later one differed) and answers it with a
 // volume named after the request, of the required size, in the first
 // preferred (else requisite) topology, with the content source asked,
-// unless the request's parameters script a failure (see createScript). It
+// unless the request's parameters script a failure (see paramFailCode). It
 // records each DeleteVolumeRequest too, and answers it OK unless a
 // deleteScript of the volume says otherwise.
 type recordingDriver struct {
