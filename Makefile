@@ -97,7 +97,7 @@ sanity: ## Run csi-test's sanity suite against the example driver's backends.
 	$(GO) test -count=1 -v -run Sanity ./examples/hostpath-driver/... 2>&1 | tee /dev/stderr | grep -E '^(Ran [0-9]+ of|SUCCESS!|FAIL!|--- (PASS|FAIL|SKIP))' || true
 
 .PHONY: demo
-demo: tools-control-plane build ## Run the sidecar on a local control plane: provision, bind, delete (KEEP=1 leaves it running).
+demo: tools-control-plane build ## Run the sidecar on a local control plane: provision, bind, delete, explain a Pending claim (KEEP=1 leaves it running).
 	$(GO) run ./cmd/demo --bin-dir $(BIN) $(if $(KEEP),--keep)
 
 .PHONY: bench

@@ -2,7 +2,8 @@
 // kube-apiserver and kube-controller-manager's protection controllers only,
 // so the sidecar's own binder does the binding), the example hostpath driver
 // and the csi-provisioner sidecar, then provisions, binds and deletes a
-// volume and shows each step. With --keep it leaves everything running and
+// volume, then shows a claim that waits for a missing secret with the
+// Warning that explains it, and shows each step. With --keep it leaves everything running and
 // prints a KUBECONFIG line.
 package main
 
@@ -114,12 +115,9 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 	}
 	createdAt := time.Now() // creationTimestamp has whole seconds only
 
-	var bound *corev1.PersistentVolumeClaim
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		bound, err = c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
-		return err == nil && bound.Status.Phase == corev1.ClaimBound, err
-	}); err != nil {
-		return fmt.Errorf("claim not Bound: %w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
+	bound, err := waitBound(ctx, c, ns, pvc.Name)
+	if err != nil {
+		return fmt.Errorf("%w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
 	}
 	s.step("The claim is Bound, %.3fs after it was created", time.Since(createdAt).Seconds())
 	now := time.Now()
@@ -152,14 +150,8 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 		return err
 	}
 	deleted := time.Now()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	}); err != nil {
-		return fmt.Errorf("PV not deleted: %w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
+	if err := waitGone(ctx, c, pv.Name); err != nil {
+		return fmt.Errorf("%w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
 	}
 	s.step("PV %s is gone, %.3fs after the claim was deleted", pv.Name, time.Since(deleted).Seconds())
 	pvs, err := c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
@@ -180,7 +172,112 @@ func run(ctx context.Context, out io.Writer, binDir string, keep bool) error {
 	fmt.Fprintln(out, "      Events about the PV (a release and a deletion that succeed record none):")
 	printEvents(ctx, out, c, "", pv.Name)
 
+	if err := explainPending(ctx, s, c, ns, driver); err != nil {
+		return fmt.Errorf("%w; sidecar log:\n%s", err, controlplane.TailFile(sidecar.LogPath, 30))
+	}
+
 	s.step("Stopping the sidecar, the driver and the control plane")
+	return nil
+}
+
+// explainPending shows a claim that cannot be provisioned yet: its class
+// names a provisioner secret that does not exist. The claim stays Pending
+// with a Warning event that says why; once the secret exists, the sidecar's
+// next retry provisions it. Then the claim is deleted with its volume.
+func explainPending(ctx context.Context, s *stepper, c kubernetes.Interface, ns string, driver *e2e.Driver) error {
+	const secretName = "backend-credentials"
+	sc := testutil.NewSC("hostpath-with-secret", driver.Name).
+		Param("csi.storage.k8s.io/provisioner-secret-name", secretName).
+		Param("csi.storage.k8s.io/provisioner-secret-namespace", ns).Obj()
+	sc.ResourceVersion, sc.UID = "", ""
+	pvc := testutil.NewPVC(ns, "data-2").Class(sc.Name).Size("1Gi").RV("").Obj()
+	s.step("Creating StorageClass %q, whose provisioner secret %s/%s does not exist yet, and PersistentVolumeClaim %s/%s of it", sc.Name, ns, secretName, ns, pvc.Name)
+	if _, err := c.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	created, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	createdAt := time.Now()
+	sel := "involvedObject.uid=" + string(created.UID) + ",type=" + corev1.EventTypeWarning
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		return err == nil && len(list.Items) > 0, err
+	}); err != nil {
+		return fmt.Errorf("no Warning event on the claim that waits for its secret: %w", err)
+	}
+	pending, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pending.Status.Phase == corev1.ClaimBound {
+		return fmt.Errorf("claim %s/%s was Bound without its provisioner secret", ns, pvc.Name)
+	}
+	s.step("The claim is %s, and its events say why (%.3fs after it was created)", pending.Status.Phase, time.Since(createdAt).Seconds())
+	e2e.PrintPVCs(s.w, time.Now(), pending)
+	fmt.Fprintln(s.w)
+	printEvents(ctx, s.w, c, ns, string(created.UID))
+
+	s.step("Creating Secret %s/%s; the sidecar provisions the claim at its next retry (--retry-interval-start 1s, doubling)", ns, secretName)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName}, StringData: map[string]string{"token": "demo"}}
+	if _, err := c.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	secretAt := time.Now()
+	bound, err := waitBound(ctx, c, ns, pvc.Name)
+	if err != nil {
+		return err
+	}
+	s.step("The claim is Bound, %.3fs after the Secret was created", time.Since(secretAt).Seconds())
+	e2e.PrintPVCs(s.w, time.Now(), bound)
+	fmt.Fprintln(s.w)
+	printEvents(ctx, s.w, c, ns, string(created.UID))
+
+	s.step("Deleting that claim too")
+	if err := c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, pvc.Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if err := waitGone(ctx, c, bound.Spec.VolumeName); err != nil {
+		return err
+	}
+	vols, err := driver.ListVolumes(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.w, "      PV %s is gone; the driver has %d volumes\n", bound.Spec.VolumeName, len(vols))
+	if len(vols) != 0 {
+		return fmt.Errorf("the driver still has %d volumes", len(vols))
+	}
+	return nil
+}
+
+// waitBound waits up to a minute for the claim to be Bound and returns it.
+func waitBound(ctx context.Context, c kubernetes.Interface, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	var claim *corev1.PersistentVolumeClaim
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		claim, err = c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && claim.Status.Phase == corev1.ClaimBound, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s not Bound: %w", ns, name, err)
+	}
+	return claim, nil
+}
+
+// waitGone waits up to a minute for the PV to be deleted.
+func waitGone(ctx context.Context, c kubernetes.Interface, name string) error {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		return fmt.Errorf("PV %s not deleted: %w", name, err)
+	}
 	return nil
 }
 
