@@ -16,9 +16,10 @@ TOOLS := hack/tools/build.sh
 HELM = $(shell $(TOOLS) path helm)/helm
 KUSTOMIZE = $(shell $(TOOLS) path kustomize)/kustomize
 GOLANGCI_LINT = $(shell $(TOOLS) path golangci-lint)/golangci-lint
-# Packages that need the local control plane (or build binaries and run them).
-INTEGRATION_PKGS := ./test/... ./internal/controlplane/...
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/ -e /internal/controlplane)
+# Packages that need the local control plane (or build binaries and run them;
+# cmd/demo's test runs `make demo`'s flow).
+INTEGRATION_PKGS := ./test/... ./internal/controlplane/... ./cmd/demo
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/ -e /internal/controlplane -e /cmd/demo$$)
 # The unit packages under the race detector, but csi-test's sanity suite,
 # which calls the example driver one RPC at a time (the tests of
 # examples/hostpath-driver make concurrent calls) and would add csi-test

@@ -123,8 +123,17 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 			logger.V(4).Info("Class of the claim does not exist, but another driver's volume fits it", "class", className)
 			return result{}, nil
 		}
-		// Nobody can provision it and nothing static matches: say so once.
-		b.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className))
+		// Nobody can provision it and nothing static matches: say so once,
+		// unless another binder has (see missingclass.go).
+		if wait := MissingClassTurn(claim.UID, b.driver) - b.cfg.clock.Since(claim.CreationTimestamp.Time); wait > 0 {
+			return result{requeueAfter: wait}, nil
+		}
+		msg := fmt.Sprintf(msgClassNotFound, className)
+		if b.reportedRecently(ctx, claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg) {
+			logger.V(4).Info("Class of the claim does not exist; another binder has said so", "class", className)
+			return result{}, nil
+		}
+		b.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
 		return result{}, nil
 	case className == "" && len(b.volumesReferencing(claim)) > 0:
 		// In scope through a volume pre-bound to it that does not fit.

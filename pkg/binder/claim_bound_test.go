@@ -396,7 +396,7 @@ func TestEventsAreDeduplicated(t *testing.T) {
 		objects []runtime.Object
 		want    int
 	}{
-		{"ProvisioningFailed", objs(claimB("c1").Class("ghost").Obj()), 1},
+		{"ProvisioningFailed", objs(claimB("c1").Class("ghost").Created(now.Add(-time.Hour)).Obj()), 1},
 		{"WaitForFirstConsumer", objs(classWait(), claimB("c1").Class("wait").Obj()), 1},
 		{"ExternalProvisioning", objs(classFast(), handedOver(claimB("c1").Class("fast").Created(now.Add(-time.Hour)).Obj(), true)), 1},
 		{"VolumeMismatch", objs(classFast(), claimB("c1").Class("fast").VolumeName("pv1").Obj(), volumeB("pv1").Class("slow").Obj()), 1},

@@ -120,7 +120,17 @@ func TestSyncPendingClaim(t *testing.T) {
 	cOldAnnotated := handedOver(cOld, true)
 	cDeleting := claimB("c1").Class("fast").Deleted().Finalizers("kubernetes.io/pvc-protection").Obj()
 
-	cGhost := claimB("c1").Class("ghost").Obj()
+	cGhost := claimB("c1").Class("ghost").Created(now.Add(-time.Hour)).Obj()
+	cGhostNew := claimB("c1").Class("ghost").Obj()
+	ghostWarning := func(last time.Time, message string) *corev1.Event {
+		return &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: ns, Name: "c1.ghost"},
+			InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: "c1", UID: "uid-c1"},
+			Type:           corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: message,
+			Source: corev1.EventSource{Component: "persistentvolume-controller"}, LastTimestamp: metav1.NewTime(last),
+		}
+	}
+	ghostMsg := `storageclass.storage.k8s.io "ghost" not found`
 	pvGhost := volumeB("pv1").Class("ghost").Obj()
 	cNoClass := claimB("c1").Class("").Obj()
 	pvNoClass := volumeB("pv1").Obj()
@@ -375,6 +385,34 @@ func TestSyncPendingClaim(t *testing.T) {
 		{
 			name:    "11-14 class not found: ProvisioningFailed",
 			objects: objs(cGhost),
+			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
+			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},
+		},
+		{
+			// Every binder would say so: this one waits for its turn.
+			name:         "class not found, claim just created: looked at again at this binder's turn",
+			objects:      objs(cGhostNew),
+			sync:         "pvc/c1",
+			actions:      []string{"get storageclasses/ghost"},
+			requeueAfter: MissingClassTurn("uid-c1", driver) - time.Second,
+		},
+		{
+			name:    "class not found, another binder said so 10 minutes ago: silent",
+			objects: objs(cGhost, ghostWarning(now.Add(-10*time.Minute), ghostMsg)),
+			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
+		},
+		{
+			name:    "class not found, another binder said so 31 minutes ago: ProvisioningFailed",
+			objects: objs(cGhost, ghostWarning(now.Add(-31*time.Minute), ghostMsg)),
+			sync:    "pvc/c1",
+			actions: []string{"get storageclasses/ghost"},
+			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},
+		},
+		{
+			name:    "class not found, another binder said something else: ProvisioningFailed",
+			objects: objs(cGhost, ghostWarning(now.Add(-time.Minute), `storageclass.storage.k8s.io "other" not found`)),
 			sync:    "pvc/c1",
 			actions: []string{"get storageclasses/ghost"},
 			events:  []string{`pvc/c1 Warning ProvisioningFailed storageclass.storage.k8s.io "ghost" not found`},

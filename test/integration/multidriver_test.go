@@ -34,6 +34,13 @@ type cluster struct {
 // upstream external-provisioner is not built, as the switchover tests do.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterWith(t, true)
+}
+
+// newClusterWith is newCluster, with kube-controller-manager's PV binder
+// only when kcmBinder is set.
+func newClusterWith(t *testing.T, kcmBinder bool) *cluster {
+	t.Helper()
 	upstream, err := e2e.UpstreamProvisioner()
 	if err != nil {
 		if os.Getenv(controlplane.RequireEnv) != "" || !errors.Is(err, controlplane.ErrBinariesMissing) {
@@ -41,9 +48,11 @@ func newCluster(t *testing.T) *cluster {
 		}
 		t.Skipf("multi-driver test skipped: %v", err)
 	}
-	cp := controlplane.StartForTest(t, controlplane.Config{
-		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
-	})
+	controllers := controlplane.DefaultControllers
+	if kcmBinder {
+		controllers = append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...)
+	}
+	cp := controlplane.StartForTest(t, controlplane.Config{Controllers: controllers})
 	bins, err := e2e.Build(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
