@@ -55,10 +55,11 @@ tools-test: tools-control-plane ## Build (or reuse) what `make test` needs: the 
 	$(TOOLS) helm kustomize external-provisioner
 
 .PHONY: test
-test: tools-test build test-race ## Run every test: unit (also under the race detector), sanity, integration, end-to-end, chart, short chaos.
+test: tools-test build test-race ## Run every test: unit (also under the race detector), sanity, integration, end-to-end, chart, short chaos, images.
 	hack/no-leftovers.sh snapshot
 	$(TEST_ENV) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	hack/no-leftovers.sh check
+	$(GO) -C hack/tools/image test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests (no control plane needed).
@@ -122,8 +123,26 @@ chart: ## Lint and render the Helm chart with default and all-options values.
 	$(HELM) template csi deploy/sidecar/chart >/dev/null
 	$(HELM) template csi deploy/sidecar/chart -f deploy/sidecar/chart/ci/all-options-values.yaml >/dev/null
 
+# make image: the images as OCI image layout archives, built by
+# hack/tools/image (no container engine, no base image pull). Same digest
+# for the same source, Go toolchain, VERSION and REVISION.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+# Prefix of the names the archives carry, e.g. registry.example.com/acme.
+IMAGE_REGISTRY ?=
+IMAGE_ARGS = -repo-root $(CURDIR) -out $(CURDIR)/$(BIN)/images -version $(VERSION) -revision $(REVISION) \
+	$(if $(IMAGE_REGISTRY),-registry $(IMAGE_REGISTRY))
+
 .PHONY: image
-image: ## Build the container images (needs a Docker engine).
+image: ## Build both images for linux/amd64 and linux/arm64 as OCI archives in bin/images/ (no container engine needed); prints the digests.
+	$(GO) -C hack/tools/image run . $(IMAGE_ARGS) -platforms $(IMAGE_PLATFORMS)
+
+.PHONY: test-image
+test-image: ## Build both images for this machine and check them (part of make test).
+	$(GO) -C hack/tools/image test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: docker-image
+docker-image: ## Build the images with docker build and the Dockerfiles (needs a Docker engine that can pull gcr.io/distroless).
 	docker build --build-arg VERSION=$(VERSION) -t csi-provisioner:$(VERSION) -f Dockerfile .
 	docker build --build-arg VERSION=$(VERSION) -t hostpath-driver:$(VERSION) -f examples/hostpath-driver/Dockerfile .
 
@@ -131,11 +150,13 @@ image: ## Build the container images (needs a Docker engine).
 lint: ## Run golangci-lint.
 	$(TOOLS) golangci-lint
 	$(GOLANGCI_LINT) run ./...
+	cd hack/tools/image && $(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
 verify: lint ## gofmt, go vet, go mod tidy and lint must be clean.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C hack/tools/image vet ./...
 	hack/verify-tidy.sh
 	@big=$$(git ls-files -z | xargs -0 du -k 2>/dev/null | awk '$$1 > 1024 {print $$2}'); \
 	if [ -n "$$big" ]; then echo "tracked files over 1 MiB (a built binary?): $$big"; exit 1; fi

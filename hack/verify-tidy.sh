@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-for dir in . hack/tools/k8s hack/tools/k8s-compat hack/tools/etcd hack/tools/helm hack/tools/kustomize hack/tools/golangci-lint hack/tools/external-provisioner; do
+for dir in . hack/tools/k8s hack/tools/k8s-compat hack/tools/etcd hack/tools/helm hack/tools/kustomize hack/tools/golangci-lint hack/tools/external-provisioner hack/tools/image; do
 	( cd "$dir" && cp go.mod go.mod.orig && cp go.sum go.sum.orig &&
 	  go mod tidy >/dev/null 2>&1 ;
 	  if ! cmp -s go.mod go.mod.orig || ! cmp -s go.sum go.sum.orig; then

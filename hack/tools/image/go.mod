@@ -1,0 +1,16 @@
+// Module image builds the csi-provisioner and hostpath-driver container
+// images as OCI image layout archives without a container engine (make
+// image). It is not part of the product: its dependencies stay out of the
+// product's go.mod.
+module github.com/kube-storage/csi-provisioner/hack/tools/image
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+)
