@@ -71,7 +71,12 @@ type diffGroup struct {
 	// uuidLength is --volume-name-uuid-length, to recognise claim UIDs in
 	// volume names.
 	uuidLength int
-	cases      []diffCase
+	// capacity: the driver reports GET_CAPACITY (see
+	// recordingDriver.GetCapacity), and the sidecar runs as the pod
+	// diffPod that e2e.CreateOwnerChain makes in the side's namespace,
+	// with NAMESPACE and POD_NAME set, as --enable-capacity needs.
+	capacity bool
+	cases    []diffCase
 }
 
 // Topology of the nodes the differential test registers its drivers on:
@@ -178,6 +183,8 @@ func startDiffSide(t *testing.T, cp *controlplane.ControlPlane, kind, bin string
 	s.driver = &recordingDriver{
 		controllerDriver: controllerDriver{name: ns + ".diff.csi.kube-storage.io", topology: !g.noTopology},
 		publish:          g.publish,
+		capacity:         g.capacity,
+		capacityFailing:  g.capacity,
 		requests:         map[string]*csi.CreateVolumeRequest{},
 		deleteErrs:       map[string]*deleteScript{},
 	}
@@ -188,9 +195,25 @@ func startDiffSide(t *testing.T, cp *controlplane.ControlPlane, kind, bin string
 	// Registered after the driver's and the cleanup's: the sidecar stops
 	// first.
 	logPath := filepath.Join(filepath.Dir(socket), "sidecar.log")
+	var env []string
+	if g.capacity {
+		deploy, err := e2e.CreateOwnerChain(t.Context(), c, ns, diffPod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.replace = append(s.replace, [2]string{string(deploy.UID), "UID-Deployment"})
+		env = []string{"NAMESPACE=" + ns, "POD_NAME=" + diffPod}
+		if kind == "upstream" {
+			// Upstream v6.3.0's capacity controller sorts the topology
+			// keys of CSINodes in its informer cache
+			// (pkg/capacity/topology/nodes.go): the detector panics.
+			env = append(env, e2e.MutationDetectorEnv+"=false")
+		}
+	}
 	sidecar, err := e2e.StartSidecar(bin, e2e.SidecarConfig{
 		Kubeconfig: cp.KubeconfigPath, Socket: socket, LogPath: logPath,
 		Args: append([]string{"-v=5", "--retry-interval-start=200ms", "--retry-interval-max=2s"}, g.flags...),
+		Env:  env,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -537,10 +560,12 @@ func (s *diffSide) pv(name string) []string {
 // preferred (else requisite) topology, with the content source asked,
 // unless the request's parameters script a failure (see paramFailCode). It
 // records each DeleteVolumeRequest too, and answers it OK unless a
-// deleteScript of the volume says otherwise.
+// deleteScript of the volume says otherwise. With capacity, it reports
+// GET_CAPACITY and answers GetCapacity (differential_capacity_test.go).
 type recordingDriver struct {
 	controllerDriver
 	publish    bool
+	capacity   bool
 	mu         sync.Mutex
 	requests   map[string]*csi.CreateVolumeRequest
 	deletes    []*csi.DeleteVolumeRequest
@@ -549,6 +574,10 @@ type recordingDriver struct {
 	// names the volumes whose request differed from the first one.
 	creates map[string]int
 	changed map[string]bool
+	// capacityReqs are the GetCapacityRequests received; capacityFailing
+	// turns on the failures that classes script (paramCapacityFailZone).
+	capacityReqs    []*csi.GetCapacityRequest
+	capacityFailing bool
 }
 
 // Class parameters that script CreateVolume: the first fail-times calls
@@ -606,11 +635,18 @@ func (d *recordingDriver) ControllerGetCapabilities(context.Context, *csi.Contro
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}},
 		})
 	}
-	if d.publish {
-		c := csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
-		caps.Capabilities = append(caps.Capabilities, &csi.ControllerServiceCapability{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}},
-		})
+	for _, c := range []struct {
+		on  bool
+		rpc csi.ControllerServiceCapability_RPC_Type
+	}{
+		{d.publish, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME},
+		{d.capacity, csi.ControllerServiceCapability_RPC_GET_CAPACITY},
+	} {
+		if c.on {
+			caps.Capabilities = append(caps.Capabilities, &csi.ControllerServiceCapability{
+				Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c.rpc}},
+			})
+		}
 	}
 	return caps, nil
 }
@@ -653,12 +689,8 @@ func (d *recordingDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeR
 		VolumeId: "id-" + req.GetName(), CapacityBytes: size, VolumeContext: map[string]string{"answer": "yes"},
 		ContentSource: req.GetVolumeContentSource(),
 	}
-	if top := req.GetAccessibilityRequirements(); top != nil {
-		if p := top.GetPreferred(); len(p) > 0 {
-			vol.AccessibleTopology = p[:1]
-		} else if r := top.GetRequisite(); len(r) > 0 {
-			vol.AccessibleTopology = r[:1]
-		}
+	if top := firstTopology(req); top != nil {
+		vol.AccessibleTopology = []*csi.Topology{top}
 	}
 	if answer == "noid" {
 		vol.VolumeId = ""
@@ -680,6 +712,20 @@ func (d *recordingDriver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeR
 		return nil, script.err
 	}
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// firstTopology is the segment of the volume the recording driver
+// creates for req: the first preferred, else the first requisite one, nil
+// without either.
+func firstTopology(req *csi.CreateVolumeRequest) *csi.Topology {
+	top := req.GetAccessibilityRequirements()
+	if p := top.GetPreferred(); len(p) > 0 {
+		return p[0]
+	}
+	if r := top.GetRequisite(); len(r) > 0 {
+		return r[0]
+	}
+	return nil
 }
 
 // get returns a copy of the request whose name carries uid (cut to
