@@ -195,8 +195,8 @@ func TestDifferentialCapacity(t *testing.T) {
 			t.Parallel()
 			dg := diffGroup{name: g.name, capacity: true, flags: append([]string{"--enable-capacity"}, g.flags...)}
 			runs := []*capRun{
-				newCapRun(t, startDiffSide(t, cp, "upstream", upBin, dg)),
-				newCapRun(t, startDiffSide(t, cp, "ours", bins.Sidecar, dg)),
+				newCapRun(t, startDiffSide(t, cp, "upstream", upBin, dg), true),
+				newCapRun(t, startDiffSide(t, cp, "ours", bins.Sidecar, dg), false),
 			}
 			for _, step := range g.steps {
 				states := make([]capState, len(runs))
@@ -233,15 +233,8 @@ func compareCapacity(up, ours capState) []string {
 	// compares the API server's empty nodeTopology (matchLabels nil) with
 	// the item's (matchLabels {}). This sidecar keeps one for each class
 	// it publishes.
-	classes, all := map[string]bool{}, map[string]bool{}
-	for _, o := range ours.objects {
-		classes[o.class] = true
-		if o.segment == segAll {
-			all[o.class] = true
-		}
-	}
-	if !maps.Equal(classes, all) {
-		errs = append(errs, fmt.Sprintf("objects of the empty segment for classes %v, want one for each of %v", slices.Sorted(maps.Keys(all)), slices.Sorted(maps.Keys(classes))))
+	if err := emptySegmentMissing(ours.objects); err != nil {
+		errs = append(errs, err.Error())
 	}
 	var asOurs []capCall
 	var keys, topology bool
@@ -263,6 +256,22 @@ func compareCapacity(up, ours capState) []string {
 	return errs
 }
 
+// emptySegmentMissing reports a class of objects without an object of the
+// empty segment.
+func emptySegmentMissing(objects []capObject) error {
+	classes, all := map[string]bool{}, map[string]bool{}
+	for _, o := range objects {
+		classes[o.class] = true
+		if o.segment == segAll {
+			all[o.class] = true
+		}
+	}
+	if !maps.Equal(classes, all) {
+		return fmt.Errorf("objects of the empty segment for classes %v, want one for each of %v", slices.Sorted(maps.Keys(all)), slices.Sorted(maps.Keys(classes)))
+	}
+	return nil
+}
+
 // segmented returns the objects but those of the empty segment.
 func segmented(objects []capObject) []capObject {
 	return slices.DeleteFunc(slices.Clone(objects), func(o capObject) bool { return o.segment == segAll })
@@ -280,28 +289,35 @@ func lines[T fmt.Stringer](items []T) []string {
 
 // capRun is a capacity group on one side.
 type capRun struct {
-	t *testing.T
-	s *diffSide
+	t        *testing.T
+	s        *diffSide
+	upstream bool
 	// classes are the classes created, node the Node added, if any.
 	classes []string
 	node    string
 }
 
-func newCapRun(t *testing.T, s *diffSide) *capRun {
+func newCapRun(t *testing.T, s *diffSide, upstream bool) *capRun {
 	s.replace = append(s.replace, [2]string{s.ns, "NS"})
-	r := &capRun{t: t, s: s}
+	r := &capRun{t: t, s: s, upstream: upstream}
 	t.Cleanup(r.cleanup)
 	return r
 }
 
-// settle waits until step.done holds on this side (it reports an error if
-// it does not within a minute) and returns the side's state.
+// settle waits until step.done holds on this side, and on ours until
+// every class has its object of the empty segment (it reports an error if
+// not within a minute), and returns the side's state.
 func (r *capRun) settle(step capStep) capState {
 	var st capState
 	err := wait.PollUntilContextTimeout(r.t.Context(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		st, err = r.state(ctx)
-		return err == nil && step.done(st.objects), err
+		got, err := r.state(ctx)
+		if err != nil {
+			// Tried again; at the deadline the last state read is
+			// compared.
+			return false, nil //nolint:nilerr // see above
+		}
+		st = got
+		return step.done(st.objects) && (r.upstream || emptySegmentMissing(st.objects) == nil), nil
 	})
 	if err != nil {
 		r.t.Errorf("step %q: %s did not settle: %v", step.name, r.s.ns, err)
