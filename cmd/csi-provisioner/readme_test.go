@@ -17,6 +17,7 @@ var otherProgramsFlags = map[string]bool{
 	"strict":           true, // helm lint (make chart)
 	"help":             true, // the flag package's own
 	"resource-version": true, // kubectl annotate
+	"all":              true, // skopeo copy (make image)
 }
 
 // readmeFlagRow is one row of a flag table of README.md: the flags of its
