@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
@@ -62,7 +63,11 @@ func TestLibraryWorkersWaitedAtStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(t.Context())
+	// The library's goroutines log through the context's logger, as in
+	// main: without one they read klog's global logger, which a later test
+	// (TestStandardLogGoesThroughKlog) sets while a goroutine the library
+	// does not wait for may still be reading it (a race).
+	ctx, stop := context.WithCancel(klog.NewContext(t.Context(), klog.Background()))
 	defer stop()
 	lib := newProvisionController(context.WithoutCancel(ctx), cfg, client, d.Capabilities().DriverName, "", prov, factory,
 		&httpServer{libRegistry: prometheus.NewRegistry()})
