@@ -75,9 +75,13 @@ func delScenarios() []delScenario {
 				r.s.driver.failDelete(r.volumeID(), status.Error(codes.FailedPrecondition, "volume busy"), -1)
 				r.deleteClaim()
 			}, done: failing, retrying: true},
-			// An administrator deletes the PV object meanwhile.
+			// An administrator deletes the PV object meanwhile. Settled
+			// once kube-controller-manager's pv-protection controller has
+			// removed its finalizer (it does, the PV being unused), which
+			// it may do on one side before the other looks.
 			{do: func(r *delRun) { r.deletePV() }, done: func(r *delRun, st delState) bool {
-				return failing(r, st) && strings.HasPrefix(st.pv, "phase=Released deleting=true ")
+				return failing(r, st) && strings.HasPrefix(st.pv, "phase=Released deleting=true ") &&
+					!strings.Contains(st.pv, "kubernetes.io/pv-protection")
 			}, retrying: true},
 			{do: func(r *delRun) { r.s.driver.failDelete(r.volumeID(), nil, 0) }, done: bothGone, retrying: true},
 		}},
