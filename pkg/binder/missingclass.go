@@ -21,12 +21,12 @@ import (
 // merge. So this binder waits a little before it reports one, and reports
 // it only when no binder has within [events.RefreshInterval]:
 //
-//   - The wait ([MissingClassTurn]), counted from the claim's creation, is missingClassWait
-//     plus a share of missingClassSpread that depends on the claim and the
-//     driver, so the binders of several drivers look at a new claim one
-//     after the other, and kube-controller-manager's, which reports at
-//     once, has reported by then. It also gives a class applied together
-//     with the claim time to arrive.
+//   - The wait ([MissingClassTurn]), counted from the claim's creation,
+//     is missingClassWait plus a share of missingClassSpread that depends
+//     on the claim and the driver, so the binders of several drivers look
+//     at a new claim one after the other, and kube-controller-manager's,
+//     which reports at once, has reported by then. It also gives a class
+//     applied together with the claim time to arrive.
 //   - Then the claim's events are listed (one request, the same cost as
 //     the class lookup before it); a recent event of the same type, reason
 //     and message, from any source, is enough.
