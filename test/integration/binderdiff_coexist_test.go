@@ -117,6 +117,14 @@ func TestBinderDifferentialCoexist(t *testing.T) {
 	}
 	kcmDoubles := doubles(kcmCases)
 	for _, v := range slices.Sorted(maps.Keys(doubles(bothCases))) {
+		// An administrator moved the claimRef of a Bound volume to another
+		// claim: kube-controller-manager binds the claim named, and marks
+		// the old one Lost before or after that, as the order of its syncs
+		// falls, so either side may show both Bound for a moment (seen on
+		// the "both" side only, once in a CI run).
+		if strings.HasPrefix(v, "claimref-moved ") {
+			continue
+		}
 		if !kcmDoubles[v] {
 			t.Errorf("%s: two claims were Bound to the volume at once", v)
 		}
