@@ -31,6 +31,20 @@ const (
 // finalizers that admission adds to every PVC and PV.
 var DefaultControllers = []string{PVCProtectionController, PVProtectionController}
 
+// ReferenceBinderConfig is the control plane the differential tests
+// compare this sidecar with: kube-controller-manager runs its PV binder
+// next to the protection controllers, syncs every second, and its client
+// is unthrottled, so that its writes and events of one step are not spread
+// over seconds by its default 20 QPS while a test waits for a state that
+// stays unchanged.
+func ReferenceBinderConfig() Config {
+	return Config{
+		Controllers:                append([]string{PVBinderController}, DefaultControllers...),
+		ExtraControllerManagerArgs: []string{"--pvclaimbinder-sync-period=1s"},
+		ControllerManagerQPS:       1000, ControllerManagerBurst: 2000,
+	}
+}
+
 // Config says what to start.
 type Config struct {
 	// Dir is the working directory (certificates, etcd data, logs). Empty

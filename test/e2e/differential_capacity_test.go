@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
-	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -182,21 +181,14 @@ type capState struct {
 // it is gone.
 func TestDifferentialCapacity(t *testing.T) {
 	cp := controlplane.Need(t, shared)
-	upBin, err := e2e.UpstreamProvisioner()
-	if err != nil {
-		t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
-	}
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	upBin, ourBin := diffBinaries(t)
 	for _, g := range capGroups() {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
 			dg := diffGroup{name: g.name, capacity: true, flags: append([]string{"--enable-capacity"}, g.flags...)}
 			runs := []*capRun{
 				newCapRun(t, startDiffSide(t, cp, "upstream", upBin, dg), true),
-				newCapRun(t, startDiffSide(t, cp, "ours", bins.Sidecar, dg), false),
+				newCapRun(t, startDiffSide(t, cp, "ours", ourBin, dg), false),
 			}
 			for _, step := range g.steps {
 				states := make([]capState, len(runs))

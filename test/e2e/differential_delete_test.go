@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
-	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -99,22 +98,11 @@ func (st delState) keys() map[string]string {
 // the step lists it with its reason.
 func TestDifferentialDelete(t *testing.T) {
 	cp := controlplane.Need(t, shared)
-	upBin, err := e2e.UpstreamProvisioner()
-	if err != nil {
-		t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
-	}
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcm := controlplane.StartForTest(t, controlplane.Config{
-		Controllers:                append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
-		ExtraControllerManagerArgs: []string{"--pvclaimbinder-sync-period=1s"},
-		ControllerManagerQPS:       1000, ControllerManagerBurst: 2000,
-	})
+	upBin, ourBin := diffBinaries(t)
+	kcm := controlplane.StartForTest(t, controlplane.ReferenceBinderConfig())
 	g := diffGroup{name: "delete", publish: true}
 	up := startDiffSide(t, kcm, "upstream", upBin, g)
-	ours := startDiffSide(t, cp, "ours", bins.Sidecar, g)
+	ours := startDiffSide(t, cp, "ours", ourBin, g)
 	t.Run("scenarios", func(t *testing.T) {
 		for _, sc := range delScenarios() {
 			t.Run(sc.name, func(t *testing.T) {

@@ -91,19 +91,8 @@ func (st failState) keys() map[string]string {
 // lists it with its reason.
 func TestDifferentialCreateVolumeFailures(t *testing.T) {
 	cp := controlplane.Need(t, shared)
-	upBin, err := e2e.UpstreamProvisioner()
-	if err != nil {
-		t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
-	}
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcm := controlplane.StartForTest(t, controlplane.Config{
-		Controllers:                append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
-		ExtraControllerManagerArgs: []string{"--pvclaimbinder-sync-period=1s"},
-		ControllerManagerQPS:       1000, ControllerManagerBurst: 2000,
-	})
+	upBin, ourBin := diffBinaries(t)
+	kcm := controlplane.StartForTest(t, controlplane.ReferenceBinderConfig())
 	for _, c := range []*controlplane.ControlPlane{cp, kcm} {
 		if err := e2e.InstallSnapshotCRDs(t.Context(), c.AdminConfig()); err != nil {
 			t.Fatal(err)
@@ -115,7 +104,7 @@ func TestDifferentialCreateVolumeFailures(t *testing.T) {
 		g.cases = append(g.cases, c.diff)
 	}
 	up := startDiffSide(t, kcm, "upstream", upBin, g)
-	ours := startDiffSide(t, cp, "ours", bins.Sidecar, g)
+	ours := startDiffSide(t, cp, "ours", ourBin, g)
 	up.create()
 	ours.create()
 	for _, c := range cases {

@@ -100,6 +100,21 @@ var diffNodes = []struct {
 	{"diff-n4", map[string]string{diffZone: "d", diffRack: "4"}, nil, false},
 }
 
+// diffBinaries returns the binaries the differential tests compare:
+// upstream external-provisioner's (built by hack/tools) and this sidecar's.
+func diffBinaries(t *testing.T) (upstream, ours string) {
+	t.Helper()
+	upstream, err := e2e.UpstreamProvisioner()
+	if err != nil {
+		t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
+	}
+	bins, err := e2e.Build(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstream, bins.Sidecar
+}
+
 // TestDifferentialCreateVolume provisions each case's claim once with
 // upstream external-provisioner v6.3.0 and once with this sidecar, both
 // against a driver that records what it receives, and compares the
@@ -109,21 +124,14 @@ var diffNodes = []struct {
 // intended are listed in README.md; none is in CreateVolume or the new PV.
 func TestDifferentialCreateVolume(t *testing.T) {
 	cp := controlplane.Need(t, shared)
-	upBin, err := e2e.UpstreamProvisioner()
-	if err != nil {
-		t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
-	}
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	upBin, ourBin := diffBinaries(t)
 	if err := e2e.InstallSnapshotCRDs(t.Context(), cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range diffGroups() {
 		t.Run(g.name, func(t *testing.T) {
 			up := startDiffSide(t, cp, "upstream", upBin, g)
-			ours := startDiffSide(t, cp, "ours", bins.Sidecar, g)
+			ours := startDiffSide(t, cp, "ours", ourBin, g)
 			up.create()
 			ours.create()
 			up.wait()

@@ -341,20 +341,13 @@ func TestMetricsMatchUpstream(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Config{
 		Controllers: append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
 	})
-	upBin, err := e2e.UpstreamProvisioner()
-	if err != nil {
-		t.Fatalf("upstream external-provisioner (hack/tools/build.sh external-provisioner): %v", err)
-	}
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	upBin, ourBin := diffBinaries(t)
 	sides := []*scraped{
 		startScraped(t, cp, "upstream", upBin),
-		startScraped(t, cp, "ours", bins.Sidecar, "--enable-binder=false"),
+		startScraped(t, cp, "ours", ourBin, "--enable-binder=false"),
 		// With its binder on too, next to kube-controller-manager's: the
 		// metrics only, its events are its binder's.
-		startScraped(t, cp, "binder", bins.Sidecar),
+		startScraped(t, cp, "binder", ourBin),
 	}
 
 	events := make([]map[string][]string, len(sides))

@@ -44,11 +44,7 @@ const kcmEventSource = "persistentvolume-controller"
 //     at once, unless that happens on the "kcm" side too (a hand edit of a
 //     scenario can cause it there).
 func TestBinderDifferentialCoexist(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Config{
-		Controllers:                append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
-		ExtraControllerManagerArgs: []string{"--pvclaimbinder-sync-period=1s"},
-		ControllerManagerQPS:       1000, ControllerManagerBurst: 2000,
-	})
+	cp := controlplane.StartForTest(t, controlplane.ReferenceBinderConfig())
 	kcm := &diffSide{name: "kcm", e: newEnv(t, cp)}
 	both := &diffSide{name: "both", e: newEnv(t, cp)}
 	rb := both.e.startBinder(binderConfig{})

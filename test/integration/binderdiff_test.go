@@ -270,14 +270,7 @@ func compareDiff(sc *diffScenario, step int, ours, kcm diffState) []string {
 // failure unless the scenario lists it with its reason.
 func TestBinderDifferential(t *testing.T) {
 	cpA := controlplane.Need(t, shared)
-	cpB := controlplane.StartForTest(t, controlplane.Config{
-		Controllers:                append([]string{controlplane.PVBinderController}, controlplane.DefaultControllers...),
-		ExtraControllerManagerArgs: []string{"--pvclaimbinder-sync-period=1s"},
-		// Unthrottled, so that kube-controller-manager's writes and events
-		// of a step are not spread over seconds by its client's default
-		// 20 QPS while settleBoth looks for a state that stays unchanged.
-		ControllerManagerQPS: 1000, ControllerManagerBurst: 2000,
-	})
+	cpB := controlplane.StartForTest(t, controlplane.ReferenceBinderConfig())
 	ours := &diffSide{name: "ours", e: newEnv(t, cpA)}
 	kcm := &diffSide{name: "kcm", e: newEnv(t, cpB)}
 	rb := ours.e.startBinder(binderConfig{})
