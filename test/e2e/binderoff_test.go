@@ -147,6 +147,24 @@ type flowReport struct {
 	Notes       []string
 }
 
+// classNotFound is kube-controller-manager's message for a claim whose
+// class it cannot find.
+var classNotFound = regexp.MustCompile(`^storageclass\.storage\.k8s\.io "([^"]+)" not found$`)
+
+// classRaced reports kube-controller-manager's Warning that a claim's class
+// is not found when that class exists: the flows create the class just
+// before the claim, and its binder can see the claim first (README
+// comparison table: a class and its claim created together), on either
+// side. A class that is really missing keeps its Warning.
+func (s *stack) classRaced(e corev1.Event) bool {
+	m := classNotFound.FindStringSubmatch(e.Message)
+	if e.Source.Component != "persistentvolume-controller" || m == nil {
+		return false
+	}
+	_, err := s.c.StorageV1().StorageClasses().Get(s.t.Context(), m[1], metav1.GetOptions{})
+	return err == nil
+}
+
 // report collects what the user sees of the flow: the recorded phases,
 // the events about the namespace's claims and the driver's PVs, and the
 // driver's PVs that are left.
@@ -175,6 +193,9 @@ func (s *stack) report(r *recorder) flowReport {
 			}
 			if ns == s.ns && rep.ClaimPhases[obj.Name] == nil {
 				continue // a claim of another flow
+			}
+			if s.classRaced(e) {
+				continue
 			}
 			count := fmt.Sprintf("x%d", max(e.Count, 1))
 			if e.Reason == "ExternalProvisioning" {
