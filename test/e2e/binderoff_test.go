@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -152,16 +153,16 @@ type flowReport struct {
 var classNotFound = regexp.MustCompile(`^storageclass\.storage\.k8s\.io "([^"]+)" not found$`)
 
 // classRaced reports kube-controller-manager's Warning that a claim's class
-// is not found when that class exists: the flows create the class just
-// before the claim, and its binder can see the claim first (README
+// is not found when that class exists: the tests create a class just
+// before its claim, and that binder can see the claim first (README
 // comparison table: a class and its claim created together), on either
-// side. A class that is really missing keeps its Warning.
-func (s *stack) classRaced(e corev1.Event) bool {
+// side of a comparison. A class that is really missing keeps its Warning.
+func classRaced(ctx context.Context, c kubernetes.Interface, e corev1.Event) bool {
 	m := classNotFound.FindStringSubmatch(e.Message)
 	if e.Source.Component != "persistentvolume-controller" || m == nil {
 		return false
 	}
-	_, err := s.c.StorageV1().StorageClasses().Get(s.t.Context(), m[1], metav1.GetOptions{})
+	_, err := c.StorageV1().StorageClasses().Get(ctx, m[1], metav1.GetOptions{})
 	return err == nil
 }
 
@@ -194,7 +195,7 @@ func (s *stack) report(r *recorder) flowReport {
 			if ns == s.ns && rep.ClaimPhases[obj.Name] == nil {
 				continue // a claim of another flow
 			}
-			if s.classRaced(e) {
+			if classRaced(ctx, s.c, e) {
 				continue
 			}
 			count := fmt.Sprintf("x%d", max(e.Count, 1))

@@ -340,7 +340,7 @@ func (r *delRun) events(ctx context.Context, ns string, uid types.UID, short boo
 	}
 	var out []string
 	for _, e := range list.Items {
-		if slices.Contains(provisioningReasons, e.Reason) {
+		if slices.Contains(provisioningReasons, e.Reason) || classRaced(ctx, r.s.c, e) {
 			continue
 		}
 		s := e.Type + " " + e.Reason

@@ -213,14 +213,9 @@ func (s *diffSide) failState(ctx context.Context, name string) (failState, error
 	if err != nil {
 		return st, err
 	}
-	// Every claim's class is created before it, but kube-controller-
-	// manager's binder can see the claim first and post that the class is
-	// not found (README comparison table: a class and its claim created
-	// together); this sidecar's binder asks the API server first.
-	classMissing := fmt.Sprintf(`storageclass.storage.k8s.io %q not found`, s.ns+"-"+name)
 	for _, e := range list.Items {
 		if e.Type == corev1.EventTypeWarning {
-			if e.Source.Component == "persistentvolume-controller" && e.Message == classMissing {
+			if classRaced(ctx, s.c, e) {
 				continue
 			}
 			w := s.normalise(e.Reason + ": " + eventCallPrefix.ReplaceAllString(e.Message, ""))
