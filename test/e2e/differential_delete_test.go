@@ -211,6 +211,15 @@ func (r *delRun) setUp() {
 		if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// A binder that syncs the claim before its cache has the volume
+		// hands the claim to the provisioner (kube-controller-manager
+		// does): the claim would get a provisioned volume instead, or a
+		// ProvisioningFailed. The binder marks the volume Available once
+		// it has seen it.
+		testutil.Eventually(t, time.Minute, ns+": volume "+pvName+" not Available", func(ctx context.Context) (bool, error) {
+			got, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.VolumeAvailable, err
+		})
 	case r.sc.other:
 		claim.Class("").VolumeName(pvName)
 	}
