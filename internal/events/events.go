@@ -72,17 +72,30 @@ var _ record.EventRecorder = (*Deduplicator)(nil)
 // NewDeduplicator returns a recorder that forwards to next the events that
 // differ from the last one forwarded for the same object, remembering at
 // most maxObjects objects (DefaultMaxObjects when maxObjects <= 0).
-func NewDeduplicator(next record.EventRecorder, maxObjects int) *Deduplicator {
+func NewDeduplicator(next record.EventRecorder, maxObjects int, opts ...DeduplicatorOption) *Deduplicator {
 	if maxObjects <= 0 {
 		maxObjects = DefaultMaxObjects
 	}
-	return &Deduplicator{
+	d := &Deduplicator{
 		next:  next,
 		max:   maxObjects,
 		now:   time.Now,
 		order: list.New(),
 		byKey: make(map[string]*list.Element),
 	}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// A DeduplicatorOption changes a Deduplicator at construction.
+type DeduplicatorOption func(*Deduplicator)
+
+// WithNow makes the Deduplicator tell the time with now (a fake clock's,
+// in tests) instead of time.Now.
+func WithNow(now func() time.Time) DeduplicatorOption {
+	return func(d *Deduplicator) { d.now = now }
 }
 
 // Event forwards the event unless it repeats the last one for object.
@@ -105,6 +118,30 @@ func (d *Deduplicator) AnnotatedEventf(object runtime.Object, annotations map[st
 	if d.admit(object, eventtype, reason, message) {
 		d.next.AnnotatedEventf(object, annotations, eventtype, reason, "%s", message)
 	}
+}
+
+// Repeats reports whether [Deduplicator.Event] would drop this event now:
+// it is the last one remembered for object, forwarded or noted less than
+// RefreshInterval ago. It remembers nothing.
+func (d *Deduplicator) Repeats(object runtime.Object, eventtype, reason, message string) bool {
+	key := objectKey(object)
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	el, ok := d.byKey[key]
+	if !ok {
+		return false
+	}
+	e := el.Value.(*entry)
+	return e.eventtype == eventtype && e.reason == reason && e.message == message && now.Sub(e.at) < RefreshInterval
+}
+
+// Note remembers the event as the last one for object, as if it had been
+// forwarded now, without forwarding it: for an event another component
+// has just posted about the object, so that the same cause is not posted
+// again before RefreshInterval.
+func (d *Deduplicator) Note(object runtime.Object, eventtype, reason, message string) {
+	d.admit(object, eventtype, reason, message)
 }
 
 // Forget drops what is remembered about the object with this UID.

@@ -53,6 +53,7 @@ func claim(name, uid string) *corev1.PersistentVolumeClaim {
 type step struct {
 	after   time.Duration // the clock moves by this before recording
 	forget  string        // UID to forget before recording, if any
+	note    bool          // Note the event instead of recording it
 	obj     runtime.Object
 	typ     string
 	reason  string
@@ -114,6 +115,15 @@ func TestDeduplicator(t *testing.T) {
 			{obj: b, typ: "Warning", reason: "R", message: "m", want: true},
 			{after: RefreshInterval - time.Second, obj: a, typ: "Warning", reason: "R", message: "m"},
 		}},
+		{name: "a noted event is not forwarded, and silences the same one until RefreshInterval", steps: []step{
+			{note: true, obj: a, typ: "Warning", reason: "R", message: "m"},
+			{obj: a, typ: "Warning", reason: "R", message: "m"},
+			{obj: b, typ: "Warning", reason: "R", message: "m", want: true},
+			{after: RefreshInterval - time.Second, obj: a, typ: "Warning", reason: "R", message: "m"},
+			{after: time.Second, obj: a, typ: "Warning", reason: "R", message: "m", want: true},
+			{note: true, obj: a, typ: "Warning", reason: "R", message: "other"},
+			{obj: a, typ: "Warning", reason: "R", message: "m", want: true},
+		}},
 		{name: "bounded: the least recently used object is forgotten", max: 2, steps: []step{
 			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
 			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
@@ -135,11 +145,16 @@ func TestDeduplicator(t *testing.T) {
 					d.Forget(types.UID(s.forget))
 				}
 				before := len(next.events)
+				if repeats := d.Repeats(s.obj, s.typ, s.reason, s.message); !s.note && repeats == s.want {
+					t.Errorf("step %d (%s %s %q): Repeats = %v, want %v", i, s.typ, s.reason, s.message, repeats, !s.want)
+				}
 				// Alternate the three entry points; they share one memory.
-				switch i % 3 {
-				case 0:
+				switch {
+				case s.note:
+					d.Note(s.obj, s.typ, s.reason, s.message)
+				case i%3 == 0:
 					d.Event(s.obj, s.typ, s.reason, s.message)
-				case 1:
+				case i%3 == 1:
 					d.Eventf(s.obj, s.typ, s.reason, "%s", s.message)
 				default:
 					d.AnnotatedEventf(s.obj, map[string]string{"k": "v"}, s.typ, s.reason, "%s", s.message)

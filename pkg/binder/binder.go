@@ -111,9 +111,9 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 	case nil:
 		b.broadcaster = record.NewBroadcaster()
 		b.recorder = events.NewDeduplicator(
-			b.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSourceComponent}), 0)
+			b.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSourceComponent}), 0, events.WithNow(cfg.clock.Now))
 	default:
-		b.recorder = events.NewDeduplicator(r, 0)
+		b.recorder = events.NewDeduplicator(r, 0, events.WithNow(cfg.clock.Now))
 	}
 
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[string] {

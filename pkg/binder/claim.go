@@ -124,22 +124,24 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 			return result{}, nil
 		}
 		// Nobody can provision it and nothing static matches: say so once,
-		// unless another binder has (see missingclass.go).
-		if wait := MissingClassTurn(claim.UID, b.driver) - b.cfg.clock.Since(claim.CreationTimestamp.Time); wait > 0 {
-			return result{requeueAfter: wait}, nil
-		}
-		msg := fmt.Sprintf(msgClassNotFound, className)
-		if b.reportedRecently(ctx, claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg) {
-			logger.V(4).Info("Class of the claim does not exist; another binder has said so", "class", className)
-			return result{}, nil
-		}
-		b.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
-		return result{}, nil
+		// unless another binder has (see unowned.go).
+		return b.reportUnowned(ctx, claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className)), nil
 	case className == "" && len(b.volumesReferencing(claim)) > 0:
 		// In scope through a volume pre-bound to it that does not fit.
 		b.recorder.Event(claim, corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass)
 		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return result{}, err
+	case className == "":
+		// No class, so no provisioner, and no volume of this driver fits.
+		// Another driver's volume that fits is its binder's (or
+		// kube-controller-manager's) to bind; otherwise say why the claim
+		// waits, as kube-controller-manager's binder does, once among
+		// binders: where that binder is off, nobody else would.
+		if b.foreignVolumeFits(claim, "") {
+			logger.V(5).Info("Claim without a class; another driver's volume fits it")
+			return result{}, nil
+		}
+		return b.reportUnowned(ctx, claim, corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass), nil
 	default:
 		logger.V(5).Info("Claim is not in scope", "class", className)
 		return result{}, nil

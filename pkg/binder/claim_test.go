@@ -133,6 +133,9 @@ func TestSyncPendingClaim(t *testing.T) {
 	ghostMsg := `storageclass.storage.k8s.io "ghost" not found`
 	pvGhost := volumeB("pv1").Class("ghost").Obj()
 	cNoClass := claimB("c1").Class("").Obj()
+	cNoClassOld := claimB("c1").Class("").Created(now.Add(-time.Hour)).Obj()
+	noClassEvent := ghostWarning(now.Add(-time.Minute), msgNoVolumeNoClass)
+	noClassEvent.Type, noClassEvent.Reason = corev1.EventTypeNormal, "FailedBinding"
 	pvNoClass := volumeB("pv1").Obj()
 	cNoClassBound := claimB("c1").Class("").Phase(corev1.ClaimBound).AccessModes(corev1.ReadWriteOnce).Obj()
 	cNoClassBound.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
@@ -462,9 +465,34 @@ func TestSyncPendingClaim(t *testing.T) {
 			actions: bindActions,
 		},
 		{
-			name:    "13-4 class \"\" and nothing matches: not in scope, silent",
-			objects: objs(cNoClass, pv1),
+			// kube-controller-manager's binder says so at each sync;
+			// this one once among binders, at its turn (unowned.go).
+			name:         "13-4 class \"\" and nothing matches, claim just created: looked at again at this binder's turn",
+			objects:      objs(cNoClass, pv1),
+			sync:         "pvc/c1",
+			requeueAfter: turnC1,
+		},
+		{
+			name:    "13-4 class \"\" and nothing matches, at this binder's turn: FailedBinding, no write",
+			objects: objs(cNoClassOld, pv1),
 			sync:    "pvc/c1",
+			events:  []string{"pvc/c1 Normal FailedBinding " + msgNoVolumeNoClass},
+		},
+		{
+			name:    "class \"\" and nothing matches, another binder said so a minute ago: silent",
+			objects: objs(cNoClassOld, pv1, noClassEvent),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "class \"\" and another driver's volume without class fits: silent",
+			objects: objs(cNoClassOld, testutil.NewPV("pv9", otherDriver).UID("uid-pv9").Obj()),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "class \"\" and another driver's volume without class does not fit: FailedBinding",
+			objects: objs(cNoClassOld, testutil.NewPV("pv9", otherDriver).UID("uid-pv9").Size("100Mi").Obj()),
+			sync:    "pvc/c1",
+			events:  []string{"pvc/c1 Normal FailedBinding " + msgNoVolumeNoClass},
 		},
 		{
 			name:    "1-3 class \"\", in scope through a pre-bound volume that does not fit: FailedBinding and reset to Pending",

@@ -80,11 +80,15 @@ func TestRetroactiveDefaultClass(t *testing.T) {
 			name:    "the default class of another provisioner: not ours to set",
 			objects: objs(theirs, notDefault, c1),
 			sync:    "pvc/c1",
+			// Nobody assigns a class: this binder explains it at its turn.
+			requeueAfter: turnC1,
 		},
 		{
 			name:    "of two default classes the newest wins: another provisioner's",
 			objects: objs(ours, theirsNewer, c1),
 			sync:    "pvc/c1",
+			// Nobody assigns a class: this binder explains it at its turn.
+			requeueAfter: turnC1,
 		},
 		{
 			name:    "of two default classes the newest wins: ours",
@@ -104,16 +108,21 @@ func TestRetroactiveDefaultClass(t *testing.T) {
 			name:    "no default class: nothing",
 			objects: objs(notDefault, c1),
 			sync:    "pvc/c1",
+			// Nobody assigns a class: this binder explains it at its turn.
+			requeueAfter: turnC1,
 		},
 		{
 			name:    "a default annotation other than \"true\" does not count",
 			objects: objs(notTrue, c1),
 			sync:    "pvc/c1",
+			// Nobody assigns a class: this binder explains it at its turn.
+			requeueAfter: turnC1,
 		},
 		{
-			name:    "an explicit class \"\" is a class: never changed",
-			objects: objs(ours, emptyClass),
-			sync:    "pvc/c1",
+			name:         "an explicit class \"\" is a class: never changed",
+			objects:      objs(ours, emptyClass),
+			sync:         "pvc/c1",
+			requeueAfter: turnC1,
 		},
 		{
 			name:         "the beta class annotation is a class: the claim is the class's, not changed",

@@ -42,6 +42,9 @@ const (
 var (
 	now     = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	created = now.Add(-time.Second)
+	// turnC1 is how long a claim c1 that is nobody's waits from now for
+	// this binder's turn to explain it (unowned.go).
+	turnC1 = MissingClassTurn("uid-c1", driver) - time.Second
 )
 
 var (

@@ -14,22 +14,26 @@ import (
 	"github.com/kube-storage/csi-provisioner/internal/events"
 )
 
-// A claim whose class does not exist is nobody's: every binder that sees
-// it (kube-controller-manager's and this sidecar's of each driver in the
-// cluster) would post the same Warning, "storageclass.storage.k8s.io "x"
-// not found", from a source of its own, which the API server does not
-// merge. So this binder waits a little before it reports one, and reports
-// it only when no binder has within [events.RefreshInterval]:
+// Some pending claims are nobody's: one whose class does not exist, and
+// one without a class that no volume fits. Every binder that sees such a
+// claim (kube-controller-manager's and this sidecar's of each driver in the
+// cluster) would post the same event about it, "storageclass.storage.k8s.io
+// "x" not found" or "no persistent volumes available for this claim and no
+// storage class is set", from a source of its own, which the API server
+// does not merge. So this binder waits a little before it reports one, and
+// reports it only when no binder has within [events.RefreshInterval]:
 //
 //   - The wait ([MissingClassTurn]), counted from the claim's creation,
 //     is missingClassWait plus a share of missingClassSpread that depends
 //     on the claim and the driver, so the binders of several drivers look
 //     at a new claim one after the other, and kube-controller-manager's,
-//     which reports at once, has reported by then. It also gives a class
-//     applied together with the claim time to arrive.
+//     which reports at once, has reported by then. It also gives a class,
+//     or a volume, applied together with the claim time to arrive.
 //   - Then the claim's events are listed (one request, the same cost as
 //     the class lookup before it); a recent event of the same type, reason
-//     and message, from any source, is enough.
+//     and message, from any source, is enough. The binder's deduplicator
+//     then remembers it, so the resyncs within RefreshInterval neither
+//     list nor report.
 //
 // Binders whose turns fall within one event write of each other can
 // still both report.
@@ -39,7 +43,8 @@ const (
 )
 
 // MissingClassTurn is how long after the creation of the claim with this
-// UID the binder of driver looks at it for a missing-class Warning: at
+// UID the binder of driver looks at it for the event of a claim that is
+// nobody's (its class is missing, or it has none and no volume fits): at
 // least a second, less than three. Tests use it to tell which of several
 // binders reports.
 func MissingClassTurn(uid types.UID, driver string) time.Duration {
@@ -48,6 +53,25 @@ func MissingClassTurn(uid types.UID, driver string) time.Duration {
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(driver))
 	return missingClassWait + time.Duration(h.Sum64()%uint64(missingClassSpread/time.Millisecond))*time.Millisecond
+}
+
+// reportUnowned posts the event about a claim that is nobody's, at this
+// binder's turn and unless it or another binder has within
+// events.RefreshInterval.
+func (b *Binder) reportUnowned(ctx context.Context, claim *corev1.PersistentVolumeClaim, eventType, reason, message string) result {
+	if wait := MissingClassTurn(claim.UID, b.driver) - b.cfg.clock.Since(claim.CreationTimestamp.Time); wait > 0 {
+		return result{requeueAfter: wait}
+	}
+	if b.recorder.Repeats(claim, eventType, reason, message) {
+		return result{}
+	}
+	if b.reportedRecently(ctx, claim, eventType, reason, message) {
+		klog.FromContext(ctx).V(4).Info("Not reporting the claim: another binder has said so", "reason", reason, "message", message)
+		b.recorder.Note(claim, eventType, reason, message)
+		return result{}
+	}
+	b.recorder.Event(claim, eventType, reason, message)
+	return result{}
 }
 
 // reportedRecently reports whether an event of this type, reason and
