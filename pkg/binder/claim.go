@@ -141,6 +141,7 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 			logger.V(5).Info("Claim without a class; another driver's volume fits it")
 			return result{}, nil
 		}
+		logger.V(5).Info("Claim without a class; no volume fits it")
 		return b.reportUnowned(ctx, claim, corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass), nil
 	default:
 		logger.V(5).Info("Claim is not in scope", "class", className)
