@@ -69,8 +69,10 @@
 // volume, when such a volume is pre-bound to it, or when such a volume
 // matches it (a claim of another provisioner's class too, as
 // kube-controller-manager's binder binds static volumes before it hands a
-// claim to its provisioner). (A claim whose class does not exist also gets a
-// ProvisioningFailed event, unless another driver's static volume fits it.)
+// claim to its provisioner). A claim that is nobody's (its class does not
+// exist, or it has none, and no volume fits it) is not written, but gets
+// kube-controller-manager's event about it, ProvisioningFailed or
+// FailedBinding, from one binder in the cluster (unowned.go).
 //
 // Events go through an events.Deduplicator: each cause is reported once per
 // object, not once per retry.
