@@ -104,45 +104,16 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 		return result{}, err
 	case ours:
 		return b.handToProvisioner(ctx, claim, class)
-	case className != "" && class == nil:
-		// A class created just before the claim may not be cached yet
-		// (kubectl apply of both): ask the API server before saying it is
-		// missing. Its add event queues the claim again.
-		exists, err := b.classExistsInAPI(ctx, className)
-		if err != nil {
-			return result{}, fmt.Errorf("sync claim %s: %w", claimKey(claim), err)
-		}
-		if exists {
-			logger.V(4).Info("Class of the claim not cached yet", "class", className)
-			return result{}, nil
-		}
-		// A static volume of another driver in that class fits: that
-		// driver's binder (or kube-controller-manager's) binds it, and a
-		// Warning would stay on a claim that ends Bound.
-		if b.foreignVolumeFits(claim, className) {
-			logger.V(4).Info("Class of the claim does not exist, but another driver's volume fits it", "class", className)
-			return result{}, nil
-		}
-		// Nobody can provision it and nothing static matches: say so once,
-		// unless another binder has (see unowned.go).
-		return b.reportUnowned(ctx, claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className)), nil
 	case className == "" && len(b.volumesReferencing(claim)) > 0:
 		// In scope through a volume pre-bound to it that does not fit.
 		b.recorder.Event(claim, corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass)
 		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return result{}, err
-	case className == "":
-		// No class, so no provisioner, and no volume of this driver fits.
-		// Another driver's volume that fits is its binder's (or
-		// kube-controller-manager's) to bind; otherwise say why the claim
-		// waits, as kube-controller-manager's binder does, once among
-		// binders: where that binder is off, nobody else would.
-		if b.foreignVolumeFits(claim, "") {
-			logger.V(5).Info("Claim without a class; another driver's volume fits it")
-			return result{}, nil
-		}
-		logger.V(5).Info("Claim without a class; no volume fits it")
-		return b.reportUnowned(ctx, claim, corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass), nil
+	case class == nil:
+		// Its class does not exist, or it has none, and no volume of this
+		// driver fits: nobody's. Say why it waits, once among binders
+		// (see unowned.go).
+		return b.reportUnowned(ctx, claim, className)
 	default:
 		logger.V(5).Info("Claim is not in scope", "class", className)
 		return result{}, nil

@@ -2,6 +2,7 @@ package binder
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"time"
 
@@ -55,23 +56,53 @@ func MissingClassTurn(uid types.UID, driver string) time.Duration {
 	return missingClassWait + time.Duration(h.Sum64()%uint64(missingClassSpread/time.Millisecond))*time.Millisecond
 }
 
-// reportUnowned posts the event about a claim that is nobody's, at this
-// binder's turn and unless it or another binder has within
-// events.RefreshInterval.
-func (b *Binder) reportUnowned(ctx context.Context, claim *corev1.PersistentVolumeClaim, eventType, reason, message string) result {
-	if wait := MissingClassTurn(claim.UID, b.driver) - b.cfg.clock.Since(claim.CreationTimestamp.Time); wait > 0 {
-		return result{requeueAfter: wait}
+// reportUnowned explains a claim that is nobody's: one whose class
+// className does not exist gets the Warning ProvisioningFailed, one without
+// a class (className "") the Normal FailedBinding, as from
+// kube-controller-manager's binder. It posts at this binder's turn, and only
+// when neither it nor another binder has within events.RefreshInterval.
+// It says nothing when the class turns out to exist (a class applied with
+// the claim, not cached yet: its add event queues the claim again) or when
+// another driver's static volume fits the claim (that driver's binder, or
+// kube-controller-manager's, binds it; the event would stay on a claim that
+// ends Bound).
+//
+// The cheap check comes first: at the resyncs after a report, the claim
+// costs neither a request nor a scan of every volume.
+func (b *Binder) reportUnowned(ctx context.Context, claim *corev1.PersistentVolumeClaim, className string) (result, error) {
+	logger := klog.FromContext(ctx)
+	logger.V(5).Info("Claim is nobody's", "class", className)
+	eventType, reason, message := corev1.EventTypeNormal, reasonFailedBinding, msgNoVolumeNoClass
+	if className != "" {
+		eventType, reason, message = corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(msgClassNotFound, className)
 	}
 	if b.recorder.Repeats(claim, eventType, reason, message) {
-		return result{}
+		return result{}, nil
+	}
+	if className != "" {
+		exists, err := b.classExistsInAPI(ctx, className)
+		if err != nil {
+			return result{}, fmt.Errorf("sync claim %s: %w", claimKey(claim), err)
+		}
+		if exists {
+			logger.V(4).Info("Class of the claim not cached yet", "class", className)
+			return result{}, nil
+		}
+	}
+	if b.foreignVolumeFits(claim, className) {
+		logger.V(4).Info("Claim is nobody's, but another driver's volume fits it", "class", className)
+		return result{}, nil
+	}
+	if wait := MissingClassTurn(claim.UID, b.driver) - b.cfg.clock.Since(claim.CreationTimestamp.Time); wait > 0 {
+		return result{requeueAfter: wait}, nil
 	}
 	if b.reportedRecently(ctx, claim, eventType, reason, message) {
-		klog.FromContext(ctx).V(4).Info("Not reporting the claim: another binder has said so", "reason", reason, "message", message)
+		logger.V(4).Info("Not reporting the claim: another binder has said so", "reason", reason, "message", message)
 		b.recorder.Note(claim, eventType, reason, message)
-		return result{}
+		return result{}, nil
 	}
 	b.recorder.Event(claim, eventType, reason, message)
-	return result{}
+	return result{}, nil
 }
 
 // reportedRecently reports whether an event of this type, reason and

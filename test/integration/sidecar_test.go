@@ -316,7 +316,7 @@ func TestSidecarDefaultClassHandedBack(t *testing.T) {
 	// only log.
 	e.waitEvent(classless.UID, corev1.EventTypeNormal, "FailedBinding", "no storage class is set")
 	synced := func() int {
-		return s.logCount(`"Claim without a class; no volume fits it" logger="binder" pvc="` + e.ns + `/classless"`)
+		return s.logCount(`"Claim is nobody's" logger="binder" pvc="` + e.ns + `/classless"`)
 	}
 	before := synced()
 	testutil.SetDefaultClass(t, e.c, ours.Name, true)
