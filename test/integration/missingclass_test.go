@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/binder"
@@ -71,20 +70,7 @@ func reportedOnce(t *testing.T, c *cluster, a, b string, kcm bool, newClaim func
 	t.Logf("claim %s: turn of a %v, of b %v", claim.Name, turnA, turnB)
 
 	reported := func(ctx context.Context) ([]string, error) {
-		list, err := c.c.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(claim.UID)})
-		if err != nil {
-			return nil, err
-		}
-		var sources []string
-		for _, e := range list.Items {
-			if e.Type == eventType && e.Message == want {
-				sources = append(sources, e.Source.Component)
-			}
-		}
-		if len(sources) > 1 {
-			return nil, fmt.Errorf("events %q from %q, want one", want, sources)
-		}
-		return sources, nil
+		return c.eventSources(ctx, claim.UID, func(e corev1.Event) bool { return e.Type == eventType && e.Message == want })
 	}
 	// The binders that do not report say so in their log (-v=4).
 	quiet := []string{"a", "b"}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/e2e"
@@ -314,21 +315,28 @@ func TestSeveralDrivers(t *testing.T) {
 		c.checkUntouched(obj, unowned, a.Name, b.Name)
 	}
 	testutil.Eventually(t, 0, "claim of class \"\" without its FailedBinding", func(ctx context.Context) (bool, error) {
-		list, err := c.c.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(emptyClass.UID)})
-		if err != nil {
-			return false, err
-		}
-		var from []string
-		for _, ev := range list.Items {
-			if unowned(ev) {
-				from = append(from, ev.Source.Component)
-			}
-		}
-		if len(from) > 1 {
-			return false, fmt.Errorf("FailedBinding from %q, want one", from)
-		}
-		return len(from) == 1, nil
+		from, err := c.eventSources(ctx, emptyClass.UID, unowned)
+		return len(from) == 1, err
 	})
+}
+
+// eventSources returns the components that posted the events about the
+// claim with uid that match accepts; more than one is an error.
+func (c *cluster) eventSources(ctx context.Context, uid types.UID, match func(corev1.Event) bool) ([]string, error) {
+	list, err := c.c.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
+	if err != nil {
+		return nil, err
+	}
+	var from []string
+	for _, ev := range list.Items {
+		if match(ev) {
+			from = append(from, ev.Source.Component)
+		}
+	}
+	if len(from) > 1 {
+		return nil, fmt.Errorf("%d matching events from %q, want one", len(from), from)
+	}
+	return from, nil
 }
 
 // startVolume creates a 1Gi volume named name in driver d and returns its ID.
