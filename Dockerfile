@@ -18,7 +18,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=${VERSION}" \
+    go build -trimpath -buildvcs=false -tags grpcnotrace -ldflags "-s -w -X main.version=${VERSION}" \
       -o /out/csi-provisioner ./cmd/csi-provisioner
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -11,6 +11,13 @@ SHELL := /usr/bin/env bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# grpcnotrace keeps golang.org/x/net/trace out of both binaries. That package
+# (gRPC's optional request tracing, which nothing here turns on) executes
+# html/template, whose reflective method calls stop the linker from dropping
+# unused exported methods: with it, the sidecar keeps every method of
+# client-go's typed clients and apply configurations, 64 MB of code and
+# tables instead of 35 MB, and most of that is resident.
+GOTAGS := grpcnotrace
 BIN := bin
 TOOLS := hack/tools/build.sh
 HELM = $(shell $(TOOLS) path helm)/helm
@@ -41,8 +48,8 @@ help: ## List the targets.
 # Static, as in the images (cgo off): the tests run the binaries that ship,
 # and the image builder reuses the packages this build compiled.
 build: ## Build the sidecar and the example driver into bin/.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/csi-provisioner ./cmd/csi-provisioner
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/hostpath-driver ./examples/hostpath-driver
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/csi-provisioner ./cmd/csi-provisioner
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/hostpath-driver ./examples/hostpath-driver
 
 .PHONY: tools
 tools: ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, helm, kustomize and golangci-lint.
@@ -73,8 +80,8 @@ test-race: ## Run the unit tests under Go's race detector.
 
 .PHONY: test-race-integration
 test-race-integration: tools-test ## Run the control-plane tests under the race detector, with the sidecar and driver built with -race too.
-	$(GO) build -race -trimpath -ldflags "$(LDFLAGS)" -o $(RACE_BIN)/csi-provisioner ./cmd/csi-provisioner
-	$(GO) build -race -trimpath -ldflags "$(LDFLAGS)" -o $(RACE_BIN)/hostpath-driver ./examples/hostpath-driver
+	$(GO) build -race -trimpath -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(RACE_BIN)/csi-provisioner ./cmd/csi-provisioner
+	$(GO) build -race -trimpath -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(RACE_BIN)/hostpath-driver ./examples/hostpath-driver
 	hack/no-leftovers.sh snapshot
 	$(TEST_ENV_COMMON) CSI_PROVISIONER_BIN_DIR=$(CURDIR)/$(RACE_BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
 	hack/no-leftovers.sh check

@@ -40,6 +40,12 @@ var (
 // bin/ after `make build`).
 const BinDirEnv = "CSI_PROVISIONER_BIN_DIR"
 
+// BuildTags are the build tags of the shipped binaries (the Makefile's
+// GOTAGS): grpcnotrace keeps gRPC's optional tracing package, and
+// html/template with it, out of them, so that the linker can drop unused
+// methods.
+const BuildTags = "grpcnotrace"
+
 // Build returns the binaries to run: those in dir, else those in $BinDirEnv,
 // else it compiles cmd/csi-provisioner and examples/hostpath-driver once per
 // process into one directory under the system's temporary directory, shared
@@ -74,7 +80,7 @@ func build(ctx context.Context) (Binaries, error) {
 	b := Binaries{Sidecar: filepath.Join(out, "csi-provisioner"), Driver: filepath.Join(out, "hostpath-driver")}
 	for pkg, bin := range map[string]string{"./cmd/csi-provisioner": b.Sidecar, "./examples/hostpath-driver": b.Driver} {
 		tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, pkg)
+		cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", tmp, pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			_ = os.Remove(tmp)

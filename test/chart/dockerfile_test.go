@@ -56,7 +56,7 @@ func TestDockerfiles(t *testing.T) {
 					build = l
 				}
 			}
-			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-X main.version=${VERSION}`, "-o /out/" + tc.binary + " " + tc.pkg} {
+			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-tags grpcnotrace", `-X main.version=${VERSION}`, "-o /out/" + tc.binary + " " + tc.pkg} {
 				if !strings.Contains(build, want) {
 					t.Errorf("go build line %q lacks %q", build, want)
 				}

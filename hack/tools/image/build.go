@@ -23,7 +23,7 @@ func compile(ctx context.Context, opts options, prog program, p platform) (strin
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-tags", buildTags,
 		"-ldflags", "-s -w -X main.version="+opts.Version, "-o", out, prog.Package)
 	cmd.Dir = opts.RepoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch,
@@ -38,6 +38,12 @@ func compile(ctx context.Context, opts options, prog program, p platform) (strin
 	}
 	return out, nil
 }
+
+// buildTags are the Makefile's GOTAGS: grpcnotrace keeps gRPC's optional
+// tracing package, and with it html/template, out of the binaries, which
+// lets the linker drop unused methods (the sidecar's code and tables shrink
+// from 64 to 35 MB).
+const buildTags = "grpcnotrace"
 
 // elfMachine is the ELF machine of each supported GOARCH.
 var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
@@ -75,7 +81,7 @@ func checkBinary(path string, p platform) error {
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
-	for key, want := range map[string]string{"CGO_ENABLED": "0", "-trimpath": "true", "GOOS": p.OS, "GOARCH": p.Arch} {
+	for key, want := range map[string]string{"CGO_ENABLED": "0", "-trimpath": "true", "-tags": buildTags, "GOOS": p.OS, "GOARCH": p.Arch} {
 		if settings[key] != want {
 			problems = append(problems, fmt.Sprintf("built with %s=%q, want %q", key, settings[key], want))
 		}
