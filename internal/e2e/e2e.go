@@ -40,10 +40,8 @@ var (
 // bin/ after `make build`).
 const BinDirEnv = "CSI_PROVISIONER_BIN_DIR"
 
-// BuildTags are the build tags of the shipped binaries (the Makefile's
-// GOTAGS): grpcnotrace keeps gRPC's optional tracing package, and
-// html/template with it, out of them, so that the linker can drop unused
-// methods.
+// BuildTags are the build tags of the shipped binaries: the Makefile's
+// GOTAGS (see the reason there).
 const BuildTags = "grpcnotrace"
 
 // Build returns the binaries to run: those in dir, else those in $BinDirEnv,

@@ -39,10 +39,7 @@ func compile(ctx context.Context, opts options, prog program, p platform) (strin
 	return out, nil
 }
 
-// buildTags are the Makefile's GOTAGS: grpcnotrace keeps gRPC's optional
-// tracing package, and with it html/template, out of the binaries, which
-// lets the linker drop unused methods (the sidecar's code and tables shrink
-// from 64 to 35 MB).
+// buildTags are the Makefile's GOTAGS (see the reason there).
 const buildTags = "grpcnotrace"
 
 // elfMachine is the ELF machine of each supported GOARCH.
