@@ -101,9 +101,9 @@ func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 		logger.V(4).Info("Not deleting an attached volume", "err", err)
 		return err
 	}
-	if other := p.handleHolder(source.VolumeHandle, pv.Name); other != "" {
+	if other := p.handleHolder(source.VolumeHandle, pv.Name, p.reclaimedToo); other != "" {
 		return fmt.Errorf("not deleting volume %q of persistentvolume %s: persistentvolume %s of driver %s records the same volume, and would lose its data; "+
-			"it is deleted once no other persistentvolume records it", source.VolumeHandle, pv.Name, other, p.name)
+			"it is deleted once no other persistentvolume records it, or once they are all Released with reclaim policy Delete and detached", source.VolumeHandle, pv.Name, other, p.name)
 	}
 	secrets, unread, err := p.deletionSecrets(ctx, pv)
 	if err != nil {
@@ -183,6 +183,18 @@ func (p *Provisioner) ShouldDelete(ctx context.Context, pv *corev1.PersistentVol
 	p.recorder.Event(pv, corev1.EventTypeNormal, reasonVolumeDelete,
 		fmt.Sprintf("persistentvolume %s is still attached to node %s: it is deleted once detached", pv.Name, node))
 	return false
+}
+
+// reclaimedToo reports whether another PV that records the volume being
+// deleted would have it deleted as well: it is Released with reclaim
+// policy Delete and no VolumeAttachment names it. Its data is not kept by
+// keeping the volume, and if every PV of a shared volume (static PVs of
+// one share) waited for the others, none would ever be deleted. Upstream
+// deletes each without looking at the others.
+func (p *Provisioner) reclaimedToo(other *corev1.PersistentVolume) bool {
+	return other.Status.Phase == corev1.VolumeReleased &&
+		other.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete &&
+		p.checkDetached(other) == nil
 }
 
 // checkDetached fails while a VolumeAttachment names pv, or while the

@@ -44,6 +44,15 @@ func provisionedPV(secretName, secretNS string) *testutil.PVBuilder {
 		Annotation(annDeletionSecretName, secretName).Annotation(annDeletionSecretNS, secretNS)
 }
 
+// releasedTwin is a Released PV of the test driver that records pv1's
+// volume handle, with reclaim policy policy.
+func releasedTwin(policy corev1.PersistentVolumeReclaimPolicy) *corev1.PersistentVolume {
+	pv := pvWithHandle("pv-twin", testDriver, "handle-pv1")
+	pv.Status.Phase = corev1.VolumeReleased
+	pv.Spec.PersistentVolumeReclaimPolicy = policy
+	return pv
+}
+
 // TestDelete covers Delete: other drivers ignored, deletion secrets from the
 // PV annotations or the class, the VolumeAttachment guard, static volumes
 // and DeleteVolume errors.
@@ -146,6 +155,22 @@ func TestDelete(t *testing.T) {
 			name: "another PV of the driver records the same volume: not deleted", pv: provisionedPV("", "").Obj(),
 			objs:    objs(pvWithHandle("pv-twin", testDriver, "handle-pv1")),
 			wantErr: "not deleting volume \"handle-pv1\" of persistentvolume pv1: persistentvolume pv-twin of driver " + testDriver + " records the same volume",
+		},
+		{
+			// Static PVs of one share, both Released with Delete: each
+			// waiting for the other would keep both for ever.
+			name: "the other PV of the volume is Released with Delete too: deleted", pv: provisionedPV("", "").Obj(),
+			objs: objs(releasedTwin(corev1.PersistentVolumeReclaimDelete)), wantCall: true,
+		},
+		{
+			name: "the other PV of the volume is Released with Retain: not deleted", pv: provisionedPV("", "").Obj(),
+			objs:    objs(releasedTwin(corev1.PersistentVolumeReclaimRetain)),
+			wantErr: "persistentvolume pv-twin of driver " + testDriver + " records the same volume",
+		},
+		{
+			name: "the other PV of the volume is Released with Delete but attached: not deleted", pv: provisionedPV("", "").Obj(), caps: withPublish,
+			objs:    objs(releasedTwin(corev1.PersistentVolumeReclaimDelete), attachment("va-twin", "pv-twin", "node-a")),
+			wantErr: "persistentvolume pv-twin of driver " + testDriver + " records the same volume",
 		},
 		{
 			name: "a PV of another driver has the same handle", pv: provisionedPV("", "").Obj(),

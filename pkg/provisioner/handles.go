@@ -145,7 +145,7 @@ func (p *Provisioner) claimHandle(handle, pvName string) string {
 	r := p.handles
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if other := p.handleHolderLocked(handle, pvName); other != "" {
+	if other := p.handleHolderLocked(handle, pvName, nil); other != "" {
 		return other
 	}
 	now := r.clock.Now()
@@ -163,14 +163,16 @@ func (p *Provisioner) claimHandle(handle, pvName string) string {
 
 // handleHolder returns the name of a PV other than pvName that records the
 // volume handle: one of this driver in the informer, or one this process
-// recorded and the informer may not have yet. "" when there is none.
-func (p *Provisioner) handleHolder(handle, pvName string) string {
+// recorded and the informer may not have yet. "" when there is none. A PV
+// in the informer for which ignore returns true does not count (nil:
+// every PV counts).
+func (p *Provisioner) handleHolder(handle, pvName string, ignore func(*corev1.PersistentVolume) bool) string {
 	p.handles.mu.Lock()
 	defer p.handles.mu.Unlock()
-	return p.handleHolderLocked(handle, pvName)
+	return p.handleHolderLocked(handle, pvName, ignore)
 }
 
-func (p *Provisioner) handleHolderLocked(handle, pvName string) string {
+func (p *Provisioner) handleHolderLocked(handle, pvName string, ignore func(*corev1.PersistentVolume) bool) string {
 	r := p.handles
 	if rec, ok := r.pending[handle]; ok && rec.pv != pvName && r.clock.Since(rec.at) < pendingHandleTTL {
 		return rec.pv
@@ -184,8 +186,8 @@ func (p *Provisioner) handleHolderLocked(handle, pvName string) string {
 	var names []string
 	for _, obj := range p.volumeInf.GetStore().List() {
 		if p.driverHandle(obj) == handle {
-			if name := obj.(*corev1.PersistentVolume).Name; name != pvName {
-				names = append(names, name)
+			if pv := obj.(*corev1.PersistentVolume); pv.Name != pvName && (ignore == nil || !ignore(pv)) {
+				names = append(names, pv.Name)
 			}
 		}
 	}

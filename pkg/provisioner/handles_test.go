@@ -111,7 +111,7 @@ func TestDuplicateVolumeHandle(t *testing.T) {
 func TestHandleCountsFollowTheInformer(t *testing.T) {
 	h := newHarness(t, baseCaps(), nil)
 	pvs := h.client.CoreV1().PersistentVolumes()
-	holder := func() string { return h.p.handleHolder("vol-1", "pv-new") }
+	holder := func() string { return h.p.handleHolder("vol-1", "pv-new", nil) }
 	waitHolder := func(want string) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
@@ -130,7 +130,7 @@ func TestHandleCountsFollowTheInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHolder("pv-a")
-	if got := h.p.handleHolder("vol-1", "pv-a"); got != "" {
+	if got := h.p.handleHolder("vol-1", "pv-a", nil); got != "" {
 		t.Errorf("handleHolder of pv-a's own handle = %q, want none", got)
 	}
 	// An update (here the claimRef) counts nothing twice.
@@ -145,10 +145,10 @@ func TestHandleCountsFollowTheInformer(t *testing.T) {
 	// Once the informer has pv-b, it holds pv-a's handle: a PV never
 	// holds a handle against itself, even when it is first by name.
 	err = wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return h.p.handleHolder("vol-1", "pv-a") == "pv-b", nil
+		return h.p.handleHolder("vol-1", "pv-a", nil) == "pv-b", nil
 	})
 	if err != nil {
-		t.Errorf("handleHolder of pv-a's handle = %q, want pv-b", h.p.handleHolder("vol-1", "pv-a"))
+		t.Errorf("handleHolder of pv-a's handle = %q, want pv-b", h.p.handleHolder("vol-1", "pv-a", nil))
 	}
 	if err := pvs.Delete(t.Context(), "pv-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -181,11 +181,11 @@ func TestPendingHandle(t *testing.T) {
 	if other := h.p.claimHandle("vol-1", "pv-b"); other != "pv-a" {
 		t.Errorf("claimHandle for pv-b = %q, want pv-a, which recorded the volume first", other)
 	}
-	if other := h.p.handleHolder("vol-1", "pv-a"); other != "" {
+	if other := h.p.handleHolder("vol-1", "pv-a", nil); other != "" {
 		t.Errorf("handleHolder of pv-a's own handle = %q, want none", other)
 	}
 	clk.Step(pendingHandleTTL)
-	if other := h.p.handleHolder("vol-1", "pv-b"); other != "" {
+	if other := h.p.handleHolder("vol-1", "pv-b", nil); other != "" {
 		t.Errorf("handleHolder after pendingHandleTTL = %q, want none: the informer never showed pv-a", other)
 	}
 }

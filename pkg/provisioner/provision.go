@@ -180,7 +180,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
 	// First: a volume another PV records must not be deleted below.
-	if other := p.handleHolder(vol.GetVolumeId(), pl.req.GetName()); other != "" {
+	if other := p.handleHolder(vol.GetVolumeId(), pl.req.GetName(), nil); other != "" {
 		return p.duplicateHandle(ctx, pl, vol, other)
 	}
 	requested := pl.req.GetCapacityRange().GetRequiredBytes()

@@ -11,12 +11,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -288,5 +292,72 @@ func TestForeignVolumeProvisionedByUs(t *testing.T) {
 	}
 	if got.Status.Phase != corev1.VolumeReleased || got.DeletionTimestamp != nil {
 		t.Errorf("foreign PV phase %s, deletion %v; want Released and not deleted", got.Status.Phase, got.DeletionTimestamp)
+	}
+}
+
+// TestSharedVolumeReleasedTogether: two static PVs of the driver record one
+// volume (a share that two claims mount), both with reclaim policy Delete.
+// While one of them is Bound the other's deletion waits, with a Warning
+// naming it: deleting the volume would delete the data of the claim still
+// bound. Once both are Released neither waits for the other: both PVs go,
+// and DeleteVolume is sent for the volume only then.
+func TestSharedVolumeReleasedTogether(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	c := cp.Client()
+	ctx := t.Context()
+	ns := generatedNamespace(t, c, "shared-vol-")
+	d := &buggyDriver{controllerDriver: controllerDriver{name: ns + ".shared.csi.kube-storage.io"}, create: func(*csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+		return nil, status.Error(codes.Unimplemented, "this test's claims are bound to static volumes")
+	}}
+	s := startBuggy(t, cp, ns, d)
+	sc := testutil.CreateClass(t, c, testutil.NewSC(ns, d.name).Obj())
+	names := []string{"a", "b"}
+	pvNames := map[string]string{}
+	for _, name := range names {
+		pv := testutil.NewPV(ns+"-"+name, d.name).Class(sc.Name).RV("").ReclaimPolicy(corev1.PersistentVolumeReclaimDelete).
+			Annotation("pv.kubernetes.io/provisioned-by", d.name).ClaimRef(ns, name, "").Obj()
+		pv.Spec.CSI.VolumeHandle = "share-1"
+		pv.Status = corev1.PersistentVolumeStatus{}
+		if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pvNames[name] = pv.Name
+		t.Cleanup(func() {
+			ctx := context.Background()
+			if got, err := c.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{}); err == nil && len(got.Finalizers) > 0 {
+				got.Finalizers = nil
+				_, _ = c.CoreV1().PersistentVolumes().Update(ctx, got, metav1.UpdateOptions{})
+			}
+			_ = c.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
+		})
+		s.claim(testutil.NewPVC(ns, name).Class(sc.Name).Size("1Gi").VolumeName(pv.Name))
+	}
+	for _, name := range names {
+		s.waitBound(name)
+	}
+
+	if err := c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvA, err := c.CoreV1().PersistentVolumes().Get(ctx, pvNames["a"], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(metav1.NamespaceDefault, string(pvA.UID), corev1.EventTypeWarning, "VolumeFailedDelete",
+		"persistentvolume "+pvNames["b"]+" of driver "+d.name+" records the same volume")
+	if got := d.deleted(); len(got) != 0 {
+		t.Fatalf("DeleteVolume calls %q while claim b is bound to the volume", got)
+	}
+
+	s.deleteAndWaitClaimOnly("b", pvNames["b"])
+	testutil.Eventually(t, 0, "PV "+pvNames["a"]+" not deleted", func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().PersistentVolumes().Get(ctx, pvNames["a"], metav1.GetOptions{})
+		return ignoreNotFound(err) == nil && err != nil, ignoreNotFound(err)
+	})
+	// Each PV's deletion sends DeleteVolume (as upstream does); the second
+	// finds the volume gone, which CSI answers OK.
+	got := d.deleted()
+	if len(got) == 0 || slices.ContainsFunc(got, func(id string) bool { return id != "share-1" }) {
+		t.Errorf("DeleteVolume calls %q, want only share-1", got)
 	}
 }
