@@ -290,7 +290,10 @@ func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolum
 	}
 	if err != nil {
 		logger.Error(err, "Could not delete a created volume that cannot be used", "volumeID", vol.GetVolumeId(), "reason", reason)
-		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %w", reason, pl.req.GetName(), err)
+		// The cleanup's error is text only (%v, as upstream): its gRPC code
+		// is not the provisioning's, and the library takes an error with
+		// INVALID_ARGUMENT for infeasible (final, slow retry).
+		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %v", reason, pl.req.GetName(), err)
 	}
 	logger.V(2).Info("Deleted a created volume that cannot be used", "volumeID", vol.GetVolumeId(), "reason", reason)
 	p.attempts.final(claim.UID)

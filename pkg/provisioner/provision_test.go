@@ -97,6 +97,7 @@ func TestCapacity(t *testing.T) {
 		wantState  controller.ProvisioningState
 		wantErr    string
 		wantDelete int
+		wantNoCode bool // the error carries no gRPC status
 	}{
 		{name: "zero is the requested size", capacity: 0, wantPV: "1Gi", wantState: controller.ProvisioningFinished},
 		{name: "larger", capacity: 2 * gi, wantPV: "2Gi", wantState: controller.ProvisioningFinished},
@@ -113,6 +114,13 @@ func TestCapacity(t *testing.T) {
 			name: "smaller and the cleanup fails", capacity: 1024, wantState: controller.ProvisioningInBackground,
 			deleteErrs: []error{csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal), csiErr(codes.Internal)},
 			wantErr:    "Cleanup of volume pvc-uid-c failed, volume is orphaned", wantDelete: 5,
+		},
+		{
+			// The library would take the cleanup's INVALID_ARGUMENT for
+			// an infeasible request (ProvisioningFinished, slow retry).
+			name: "smaller and the cleanup fails with INVALID_ARGUMENT: no gRPC code", capacity: 1024, wantState: controller.ProvisioningInBackground,
+			deleteErrs: []error{csiErr(codes.InvalidArgument), csiErr(codes.InvalidArgument), csiErr(codes.InvalidArgument), csiErr(codes.InvalidArgument), csiErr(codes.InvalidArgument)},
+			wantErr:    "Cleanup of volume pvc-uid-c failed, volume is orphaned: CreateVolume \"v\": rpc error: code = InvalidArgument", wantDelete: 5, wantNoCode: true,
 		},
 		{
 			name: "smaller for a claim being deleted: released", deleting: true, capacity: 1024,
@@ -134,6 +142,9 @@ func TestCapacity(t *testing.T) {
 			pv, state, err := h.provision(claim, class)
 			if state != tt.wantState || !strings.Contains(errString(err), tt.wantErr) || (tt.wantErr == "") != (err == nil) {
 				t.Fatalf("Provision = %v, %q; want %v, %q", state, errString(err), tt.wantState, tt.wantErr)
+			}
+			if _, ok := status.FromError(err); tt.wantNoCode && ok {
+				t.Errorf("the error carries a gRPC status (%v): the library would judge the provisioning by the cleanup's code", status.Code(err))
 			}
 			if tt.wantPV != "" {
 				if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Cmp(resource.MustParse(tt.wantPV)) != 0 {
