@@ -69,6 +69,50 @@ func TestMigrationProvision(t *testing.T) {
 	}
 }
 
+// TestMigrationAnnotatedInTree: a claim whose storage-provisioner
+// annotation names the in-tree plugin is the driver's only when
+// pv.kubernetes.io/migrated-to names the driver and migration is on (as
+// upstream's ShouldProvision and the library's known provisioner names
+// decide together).
+func TestMigrationAnnotatedInTree(t *testing.T) {
+	tests := []struct {
+		name       string
+		migratedTo string
+		migration  bool
+		want       bool
+	}{
+		{name: "migrated-to the driver", migratedTo: ebsDriver, migration: true, want: true},
+		{name: "no migrated-to", migration: true},
+		{name: "migrated-to another driver", migratedTo: "other.csi.example.com", migration: true},
+		{name: "migrated-to the driver, migration off", migratedTo: ebsDriver},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := testutil.NewPVC(testNS, "c").UID("uid-c").Class("gp2").Annotation(storagehelpers.AnnStorageProvisioner, ebsInTree)
+			if tt.migratedTo != "" {
+				b.Annotation(storagehelpers.AnnMigratedTo, tt.migratedTo)
+			}
+			claim := b.Obj()
+			class := testutil.NewSC("gp2", ebsInTree).Param("type", "gp2").Obj()
+			var opts []Option
+			if tt.migration {
+				opts = append(opts, WithInTreeMigration(ebsInTree))
+			}
+			h := newHarness(t, ebsCaps(), objs(claim, class), opts...)
+			if got := h.p.ShouldProvision(h.ctx, claim); got != tt.want {
+				t.Fatalf("ShouldProvision = %v, want %v; events %v", got, tt.want, h.events())
+			}
+			_, state, err := h.provision(claim, class)
+			if got := !isIgnoredError(err); got != tt.want {
+				t.Fatalf("Provision = %v, %v; want it provisioned: %v", state, err, tt.want)
+			}
+			if tt.want && (err != nil || len(h.driver.createCalls()) != 1) {
+				t.Errorf("Provision = %v, %v with %d CreateVolume calls, want one volume", state, err, len(h.driver.createCalls()))
+			}
+		})
+	}
+}
+
 func TestMigrationOff(t *testing.T) {
 	claim := ebsClaim("c").Obj()
 	class := testutil.NewSC("gp2", ebsInTree).Obj()

@@ -340,13 +340,18 @@ func (p *Provisioner) CheckProvision(ctx context.Context, claim *corev1.Persiste
 	return err
 }
 
-// annotatedForUs reports whether claim asks this driver for a volume.
+// annotatedForUs reports whether claim asks this driver for a volume: its
+// storage-provisioner annotation names the driver, or, with in-tree
+// migration, names the migrated plugin while pv.kubernetes.io/migrated-to
+// names the driver (as kube-controller-manager annotated claims before it
+// wrote the driver's name, and as upstream accepts them).
 func (p *Provisioner) annotatedForUs(claim *corev1.PersistentVolumeClaim) bool {
 	provisioner, ok := claim.Annotations[storagehelpers.AnnStorageProvisioner]
 	if !ok {
 		provisioner = claim.Annotations[storagehelpers.AnnBetaStorageProvisioner]
 	}
-	return provisioner == p.name
+	return provisioner == p.name ||
+		(p.cfg.inTree != "" && provisioner == p.cfg.inTree && claim.Annotations[storagehelpers.AnnMigratedTo] == p.name)
 }
 
 // selectedNode returns the node the scheduler picked for claim, read as the

@@ -182,3 +182,46 @@ func TestInTreeMigrationPortworxSecrets(t *testing.T) {
 	}
 	s.deleteAndWaitGone(claim.Name, pv.Name)
 }
+
+// TestInTreeClaimAnnotatedForPlugin: with the binder off, a claim whose
+// storage-provisioner annotations name the in-tree plugin while
+// pv.kubernetes.io/migrated-to names the driver (kube-controller-manager
+// annotated claims so before it wrote the driver's name, and it keeps
+// such a claim's annotations) is the driver's, as upstream decides: it is
+// provisioned, with the in-tree source. (With the binder on, the binder
+// rewrites the annotations to the driver's name first.)
+func TestInTreeClaimAnnotatedForPlugin(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, driverName: "ebs.csi.aws.com", sidecarArgs: []string{"--enable-binder=false"}})
+	const plugin = "kubernetes.io/aws-ebs"
+	sc := testutil.NewSC(s.className+"-gp2", plugin).Param("type", "gp2").Obj()
+	testutil.CreateClass(t, s.c, sc)
+	claim := s.claim(testutil.NewPVC(s.ns, "data").Class(sc.Name).Size("1Gi").
+		Annotation(storagehelpers.AnnStorageProvisioner, plugin).Annotation(storagehelpers.AnnBetaStorageProvisioner, plugin).
+		Annotation(storagehelpers.AnnMigratedTo, s.driver.Name))
+	name := "pvc-" + string(claim.UID)
+	// Nobody binds (no binder runs): the PV stays with the claim's
+	// claimRef, and is removed by hand.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if pv, err := s.c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err == nil && len(pv.Finalizers) > 0 {
+			pv.Finalizers = nil
+			_, _ = s.c.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+		}
+		_ = s.c.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	var pv *corev1.PersistentVolume
+	testutil.Eventually(t, 0, "no PV "+name+" for the claim annotated for the in-tree plugin", func(ctx context.Context) (bool, error) {
+		got, err := s.c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, ignoreNotFound(err)
+		}
+		pv = got
+		return true, nil
+	})
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != claim.UID {
+		t.Errorf("PV claimRef %+v, want the claim's", ref)
+	}
+	if pv.Spec.AWSElasticBlockStore == nil || pv.Annotations[storagehelpers.AnnMigratedTo] != s.driver.Name {
+		t.Errorf("PV source %+v, annotations %v; want the in-tree source, migrated to %s", pv.Spec.PersistentVolumeSource, pv.Annotations, s.driver.Name)
+	}
+}
