@@ -128,8 +128,11 @@ func claimStatusFor(claim *corev1.PersistentVolumeClaim, phase corev1.Persistent
 		dirty = true
 	}
 	if pv == nil {
-		if st.AccessModes != nil || st.Capacity != nil || st.CurrentVolumeAttributesClassName != nil {
-			st.AccessModes, st.Capacity, st.CurrentVolumeAttributesClassName = nil, nil, nil
+		// As kube-controller-manager: the access modes and the capacity
+		// were the volume's; the current VolumeAttributesClass stays,
+		// as the record of what the volume was last modified to.
+		if st.AccessModes != nil || st.Capacity != nil {
+			st.AccessModes, st.Capacity = nil, nil
 			dirty = true
 		}
 		return st, dirty

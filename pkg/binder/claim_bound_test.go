@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
@@ -190,6 +191,8 @@ func TestSyncBoundClaim(t *testing.T) {
 	c1.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	c1.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: testutil.NewPV("x", driver).Obj().Spec.Capacity[corev1.ResourceStorage]}
 	c1NoVolume := bound("")
+	c1VAC := c1.DeepCopy()
+	c1VAC.Status.CurrentVolumeAttributesClassName = ptr.To("gold")
 	c1Lost := bound("pv1")
 	c1Lost.Status.Phase = corev1.ClaimLost
 	c1Pending := bound("pv1")
@@ -237,6 +240,16 @@ func TestSyncBoundClaim(t *testing.T) {
 			objects: objs(classFast(), c1),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
+			actions: []string{"get pv/pv1", "status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"},
+		},
+		{
+			// kube-controller-manager clears only the access modes and
+			// the capacity.
+			name:    "3-2-v bound claim with a current VolumeAttributesClass whose volume is gone: Lost, the class kept",
+			objects: objs(classFast(), c1VAC),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1VAC)},
 			actions: []string{"get pv/pv1", "status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"},
 		},

@@ -46,7 +46,8 @@ func pendingStatus(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume
 
 func lost(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	claim = claim.DeepCopy()
-	claim.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimLost}
+	claim.Status.Phase = corev1.ClaimLost
+	claim.Status.AccessModes, claim.Status.Capacity = nil, nil
 	return claim
 }
 
