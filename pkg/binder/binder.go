@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-storage/csi-provisioner/internal/events"
-	"github.com/kube-storage/csi-provisioner/internal/expiring"
 	"github.com/kube-storage/csi-provisioner/internal/volindex"
 )
 
@@ -67,7 +65,7 @@ type Binder struct {
 
 	// gone remembers claims not in the cache for the volumes named after
 	// them; see newGoneClaims.
-	gone *expiring.Set[types.UID]
+	gone *goneClaims
 
 	// unusedTracked is set once a claim with the Unused condition was seen:
 	// the cluster maintains it (see unused.go).

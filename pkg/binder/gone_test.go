@@ -83,3 +83,66 @@ func TestGoneClaimNoWalk(t *testing.T) {
 		})
 	}
 }
+
+// hookedIndexer runs afterList after each walk through every cached claim
+// has read the cache.
+type hookedInformer struct {
+	cache.SharedIndexInformer
+	afterList func()
+}
+
+func (i hookedInformer) GetIndexer() cache.Indexer {
+	return hookedIndexer{Indexer: i.SharedIndexInformer.GetIndexer(), afterList: i.afterList}
+}
+
+type hookedIndexer struct {
+	cache.Indexer
+	afterList func()
+}
+
+func (x hookedIndexer) List() []interface{} {
+	l := x.Indexer.List()
+	x.afterList()
+	return l
+}
+
+// TestGoneClaimAddedDuringWalk: the informer adds a claim while a walk
+// through the cached claims, which read the cache before, looks for it.
+// The claim's add notification must not come before the walk records the
+// claim as gone (which would keep a live claim recorded for an hour and
+// switch the in-use guard off for its volume): the walk holds the lock
+// that the notification waits for.
+func TestGoneClaimAddedDuringWalk(t *testing.T) {
+	c1 := claimB("c1").Class("fast").VolumeName("pvc-uid-c1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	pv := volumeB("pvc-uid-c1").Class("fast").Annotation(annProvisionedBy, driver).BoundTo(c1).Phase(corev1.VolumeBound).Obj()
+	// The claimRef edited away from c1, to a claim that does not exist.
+	pv.Spec.ClaimRef.Name, pv.Spec.ClaimRef.UID = "ghost", "uid-ghost"
+	f := newFixture(t, objs(classFast(), pv), WithUIDNamedVolumes("pvc"))
+	notified := make(chan struct{})
+	once := false
+	f.binder.pvcInformer = hookedInformer{SharedIndexInformer: f.binder.pvcInformer, afterList: func() {
+		if once {
+			return
+		}
+		once = true
+		if f.binder.gone.mu.TryLock() {
+			f.binder.gone.mu.Unlock()
+			t.Error("the walk reads the cache without the lock that orders it before the add notification")
+		}
+		f.putInInformer(c1)
+		go func() {
+			defer close(notified)
+			f.binder.onClaimAdd(c1)
+		}()
+	}}
+	if user := f.binder.otherClaimBoundTo(pv, pv.Spec.ClaimRef); user != nil {
+		t.Fatalf("otherClaimBoundTo = %s before c1 was cached, want none", user.Name)
+	}
+	<-notified
+	if f.binder.gone.Has(c1.UID) {
+		t.Fatal("c1 is cached but recorded as gone")
+	}
+	if user := f.binder.otherClaimBoundTo(pv, pv.Spec.ClaimRef); user == nil || user.Name != "c1" {
+		t.Errorf("otherClaimBoundTo = %v, want c1, which is bound to the volume", user)
+	}
+}

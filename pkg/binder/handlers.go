@@ -150,7 +150,7 @@ func (b *Binder) onClaimAdd(obj interface{}) {
 	}
 	key := claimKey(claim)
 	b.claims.observe(key, claim)
-	b.gone.Delete(claim.UID)
+	b.gone.Added(claim.UID)
 	b.claimQueue.Add(key)
 	// Volumes that point at this name may belong to an earlier claim of the
 	// same name, or may be waiting for this one.
@@ -182,7 +182,7 @@ func (b *Binder) onClaimDelete(obj interface{}) {
 	b.claims.forget(key)
 	b.recorder.Forget(claim.UID)
 	if uid, named := b.volumes.UIDOf(claim.Spec.VolumeName); named && uid == claim.UID {
-		b.gone.Add(claim.UID)
+		b.gone.Deleted(claim.UID)
 	}
 	// The volume becomes Released quickly (5-3).
 	if claim.Spec.VolumeName != "" {

@@ -113,21 +113,21 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) || b.gone.Has(uid) {
 		return nil
 	}
-	cached := false
-	for _, obj := range b.pvcInformer.GetIndexer().List() {
-		c, ok := obj.(*corev1.PersistentVolumeClaim)
-		if !ok || c.UID != uid {
-			continue
+	var bound *corev1.PersistentVolumeClaim
+	b.gone.Walk(uid, func() bool {
+		for _, obj := range b.pvcInformer.GetIndexer().List() {
+			c, ok := obj.(*corev1.PersistentVolumeClaim)
+			if !ok || c.UID != uid {
+				continue
+			}
+			if c.Spec.VolumeName == pv.Name && metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
+				bound = c
+			}
+			return true
 		}
-		cached = true
-		if c.Spec.VolumeName == pv.Name && metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
-			return c
-		}
-	}
-	if !cached {
-		b.gone.Add(uid)
-	}
-	return nil
+		return false
+	})
+	return bound
 }
 
 // claimHasUID reports whether the cached claim namespace/name has uid.
