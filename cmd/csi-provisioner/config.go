@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -377,6 +378,28 @@ func (c *Config) validateHTTP() error {
 		// for one path would panic at start.
 		return fmt.Errorf("--metrics-path %q is one of the sidecar's own paths (/readyz, /healthz/leader-election, /debug/pprof/)", c.MetricsPath)
 	}
+	if err := servablePath(c.MetricsPath); err != nil {
+		return fmt.Errorf("--metrics-path %q is not a path the HTTP server can serve: %w", c.MetricsPath, err)
+	}
+	return nil
+}
+
+// servablePath registers path on a new http.ServeMux next to the sidecar's
+// own paths, as serving metrics does, and returns what the ServeMux
+// refuses (it panics: a space, a brace, a pattern that conflicts), so
+// that the sidecar stops with one line instead of a stack trace once it
+// has connected to the driver.
+func servablePath(path string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	mux := http.NewServeMux()
+	for _, own := range []string{"/readyz", leaderelection.HealthCheckerAddress, "/debug/pprof/"} {
+		mux.Handle(own, http.NotFoundHandler())
+	}
+	mux.Handle(path, http.NotFoundHandler())
 	return nil
 }
 

@@ -90,6 +90,10 @@ func TestFlagErrors(t *testing.T) {
 		{name: "word after a flag's value", args: []string{"--timeout", "5s", "true"}, wantErr: `unexpected argument "true": all settings are flags`},
 		{name: "metrics on the readiness path", args: []string{"--http-endpoint=:8080", "--metrics-path=/readyz"}, wantErr: "one of the sidecar's own paths"},
 		{name: "metrics on a pprof path", args: []string{"--http-endpoint=:8080", "--metrics-path=/debug/pprof/heap"}, wantErr: "one of the sidecar's own paths"},
+		// http.ServeMux panics on these: refused before the sidecar
+		// starts, with or without an HTTP address.
+		{name: "metrics path with a space", args: []string{"--metrics-path=/a b"}, wantErr: `--metrics-path "/a b" is not a path the HTTP server can serve`},
+		{name: "metrics path with a brace", args: []string{"--http-endpoint=:8080", "--metrics-path=/a{b"}, wantErr: `--metrics-path "/a{b" is not a path the HTTP server can serve: parsing "/a{b"`},
 		{name: "bad labels", args: []string{"--leader-election-labels=novalue"}, wantErr: "key:value"},
 		{name: "label with two colons", args: []string{"--leader-election-labels=a:b:c"}, wantErr: `"a:b:c" is not key:value`},
 		{name: "invalid label value", args: []string{"--leader-election-labels=a:b c"}, wantErr: `"a:b c" is not a valid label`},
