@@ -160,6 +160,9 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 
 	var bnd *binder.Binder
 	if cfg.EnableBinder {
+		if err := checkBinderAccess(ctx, main); err != nil {
+			return err
+		}
 		binderRecorder := newRecorder(broadcaster, "csi-provisioner-binder")
 		bnd, err = binder.New(client, driverName, factory,
 			binder.WithResyncPeriod(cfg.BinderResyncPeriod),

@@ -7,7 +7,6 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	authv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -42,20 +41,11 @@ func snapshotInformer(ctx context.Context, caps csiclient.Capabilities, client k
 		return nil, nil
 	}
 	for _, verb := range []string{"list", "watch"} {
-		var review *authv1.SelfSubjectAccessReview
-		err := retryTransient(ctx, startupBackoff, "access review of "+verb+" "+resource, func(ctx context.Context) error {
-			var err error
-			review, err = client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
-				Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
-					Group: gv.Group, Resource: resource, Verb: verb,
-				}},
-			}, metav1.CreateOptions{})
-			return err
-		})
+		ok, err := allowed(ctx, client, authv1.ResourceAttributes{Group: gv.Group, Resource: resource, Verb: verb})
 		if err != nil {
-			return nil, fmt.Errorf("check whether the sidecar may %s %s.%s: %w", verb, resource, gv.Group, err)
+			return nil, err
 		}
-		if !review.Status.Allowed {
+		if !ok {
 			logger.Info("The sidecar may not "+verb+" VolumeSnapshots (upstream's ClusterRole allows it): restores wait for their snapshots with the library's backoff",
 				"resource", resource+"."+gv.Group)
 			return nil, nil
