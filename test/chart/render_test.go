@@ -564,6 +564,13 @@ func TestValuesMistakesFail(t *testing.T) {
 		{"replicas without leader election", []string{"--set", "replicas=2", "--set", "sidecar.leaderElection.enabled=false"}, "needs sidecar.leaderElection.enabled"},
 		{"existing service account without a name", []string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
 		{"ServiceMonitor without Service", []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"}, "needs metrics.service.enabled"},
+		// A flag the chart sets from a value: the probes, Service and RBAC
+		// follow the value, not the flag.
+		{"HTTP endpoint in additionalArgs", []string{"--set-json", `sidecar.additionalArgs=["--http-endpoint=:9808"]`}, "sidecar.additionalArgs has --http-endpoint, which the chart sets: set sidecar.httpPort"},
+		{"leader election off in additionalArgs", []string{"--set-json", `sidecar.additionalArgs=["--leader-election", "false"]`}, "has --leader-election, which the chart sets: set sidecar.leaderElection.enabled"},
+		{"lease namespace in additionalArgs", []string{"--set-json", `sidecar.additionalArgs=["-leader-election-namespace=kube-system"]`}, "has --leader-election-namespace, which the chart sets"},
+		{"binder in additionalArgs", []string{"--set-json", `sidecar.additionalArgs=["--enable-binder=false"]`}, "set sidecar.binder.enabled"},
+		{"metrics path in additionalArgs", []string{"--set-json", `sidecar.additionalArgs=["--metrics-path=/m"]`}, "the ServiceMonitor scrapes /metrics"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, "csi", "default", tc.args...)
