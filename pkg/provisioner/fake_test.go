@@ -47,8 +47,10 @@ type fakeDriver struct {
 	createAnswers []createAnswer
 	// deleteErrs are returned in order, then nil.
 	deleteErrs []error
-	// onCreate runs at the start of every CreateVolume.
+	// onCreate runs at the start of every CreateVolume, onDelete of every
+	// DeleteVolume.
 	onCreate func(*csi.CreateVolumeRequest)
+	onDelete func(*csi.DeleteVolumeRequest)
 }
 
 type createAnswer struct {
@@ -78,6 +80,9 @@ func (d *fakeDriver) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 }
 
 func (d *fakeDriver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) error {
+	if d.onDelete != nil {
+		d.onDelete(req)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.deletes = append(d.deletes, proto.Clone(req).(*csi.DeleteVolumeRequest))

@@ -189,3 +189,25 @@ func TestPendingHandle(t *testing.T) {
 		t.Errorf("handleHolder after pendingHandleTTL = %q, want none: the informer never showed pv-a", other)
 	}
 }
+
+// TestDiscardHoldsTheHandle: a created volume that is deleted again (here
+// smaller than requested) is recorded for its PV while DeleteVolume runs,
+// so that another claim the driver answers with the same ID at that moment
+// takes it for another PV's volume instead of deleting it too, or
+// recording it; the record goes once the volume is deleted.
+func TestDiscardHoldsTheHandle(t *testing.T) {
+	claim, class := newClaim("c").Finalizers(inflight.Finalizer).Obj(), newClass().Obj()
+	h := newHarness(t, baseCaps(), objs(claim, class))
+	h.driver.createAnswers = []createAnswer{{vol: &csi.Volume{VolumeId: "vol-1", CapacityBytes: 1024}}}
+	during := "not called"
+	h.driver.onDelete = func(*csi.DeleteVolumeRequest) { during = h.p.handleHolder("vol-1", "pvc-other", nil) }
+	if _, state, err := h.provision(claim, class); err == nil || state != controller.ProvisioningInBackground {
+		t.Fatalf("Provision = %v, %v; want the volume discarded, in background", state, err)
+	}
+	if want := h.p.VolumeName(claim); during != want {
+		t.Errorf("while DeleteVolume ran, the handle was held by %q, want %q", during, want)
+	}
+	if after := h.p.handleHolder("vol-1", "pvc-other", nil); after != "" {
+		t.Errorf("after the volume was deleted, the handle is held by %q, want none", after)
+	}
+}

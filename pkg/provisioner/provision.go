@@ -179,8 +179,12 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 // in-tree source.
 func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
-	// First: a volume another PV records must not be deleted below.
-	if other := p.handleHolder(vol.GetVolumeId(), pl.req.GetName(), nil); other != "" {
+	// First: a volume another PV records must not be deleted below. The
+	// handle is claimed for this PV at once, so that a second claim that
+	// the driver answers with the same ID at the same time cannot pass
+	// this check and delete the volume (discard) while this one records
+	// it; discard releases it.
+	if other := p.claimHandle(vol.GetVolumeId(), pl.req.GetName()); other != "" {
 		return p.duplicateHandle(ctx, pl, vol, other)
 	}
 	requested := pl.req.GetCapacityRange().GetRequiredBytes()
@@ -199,9 +203,6 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 		return p.discard(ctx, claim, pl, vol, errors.New("volume content source missing"))
 	}
 
-	if other := p.claimHandle(vol.GetVolumeId(), pl.req.GetName()); other != "" {
-		return p.duplicateHandle(ctx, pl, vol, other)
-	}
 	pv := p.persistentVolume(claim, pl.class, pl, vol, capacity)
 	if err := recordable(pv); err != nil {
 		// The library would retry saving the PV for ever, with nothing on
@@ -296,6 +297,7 @@ func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolum
 		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %v", reason, pl.req.GetName(), err)
 	}
 	logger.V(2).Info("Deleted a created volume that cannot be used", "volumeID", vol.GetVolumeId(), "reason", reason)
+	p.forgetHandle(vol.GetVolumeId(), pl.req.GetName())
 	p.attempts.final(claim.UID)
 	released, err := p.releaseIfDeleting(ctx, claim)
 	if err != nil {
