@@ -24,6 +24,31 @@ import (
 // supersede nothing.
 var supersededEvents = map[string]string{"ProvisioningSucceeded": "Provisioning"}
 
+// unwrittenEvents tells the recorders that drop repeated causes
+// (newRecorder's deduplicators) about the events the writer gave up on
+// (events.WriterOptions.OnDrop): after an API server outage longer than
+// the writer's retries, the cause of a Pending claim is posted again at
+// its next repetition instead of 30 minutes later.
+type unwrittenEvents struct {
+	mu       sync.Mutex
+	dedupers []*events.Deduplicator
+}
+
+func (u *unwrittenEvents) add(d *events.Deduplicator) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.dedupers = append(u.dedupers, d)
+}
+
+func (u *unwrittenEvents) dropped(e *corev1.Event) {
+	u.mu.Lock()
+	dedupers := u.dedupers
+	u.mu.Unlock()
+	for _, d := range dedupers {
+		d.Unwritten(e)
+	}
+}
+
 // eventSplitClient is a clientset whose event writes go through a second
 // clientset with a rate limiter of its own, queued on an events.Writer. On
 // a shared budget events would delay volume writes, and volume writes would

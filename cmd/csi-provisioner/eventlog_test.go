@@ -59,7 +59,7 @@ func TestOwnEventsLogged(t *testing.T) {
 			writerDone := make(chan struct{})
 			go func() { defer close(writerDone); w.Run(wctx) }()
 			b := newBroadcaster(ctx, newEventSplitClient(fake.NewClientset(), api, w))
-			recorder := newRecorder(b, "csi-provisioner-binder")
+			recorder := newRecorder(b, "csi-provisioner-binder", &unwrittenEvents{})
 			recorder.Event(claim, corev1.EventTypeNormal, "WaitForFirstConsumer", "waiting for first consumer to be created before binding")
 			recorder.Event(claim, corev1.EventTypeWarning, "ProvisioningFailed", `storageclass.storage.k8s.io "gone" not found`)
 			testutil.Eventually(t, 10*time.Second, "the Warning event is not logged", func(context.Context) (bool, error) {

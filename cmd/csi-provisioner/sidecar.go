@@ -75,7 +75,8 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("create VolumeSnapshot client: %w", err)
 	}
-	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{Supersedes: supersededEvents})
+	unwritten := &unwrittenEvents{}
+	writer := events.NewWriter(eventClient.CoreV1().Events(""), events.WriterOptions{Supersedes: supersededEvents, OnDrop: unwritten.dropped})
 	// The event writer and broadcasters outlive the stop signal: the
 	// controllers stop first, then finish hands what they recorded to the
 	// writer and lets it write what is queued (for up to its drain
@@ -118,7 +119,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync, informers.WithTransform(cachetrim.New().Transform))
 	broadcaster = newBroadcaster(keep, client)
-	recorder := newRecorder(broadcaster, "external-provisioner")
+	recorder := newRecorder(broadcaster, "external-provisioner", unwritten)
 
 	provOpts := []provisioner.Option{
 		provisioner.WithVolumeNamePrefix(cfg.VolumeNamePrefix),
@@ -163,7 +164,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		if err := checkBinderAccess(ctx, main); err != nil {
 			return err
 		}
-		binderRecorder := newRecorder(broadcaster, "csi-provisioner-binder")
+		binderRecorder := newRecorder(broadcaster, "csi-provisioner-binder", unwritten)
 		bnd, err = binder.New(client, driverName, factory,
 			binder.WithResyncPeriod(cfg.BinderResyncPeriod),
 			binder.WithWorkers(cfg.BinderWorkers),
@@ -439,9 +440,12 @@ func logEvent(logger klog.Logger, e *corev1.Event) {
 }
 
 // newRecorder returns a recorder for component on b that drops a repeated
-// cause for the same object.
-func newRecorder(b record.EventBroadcaster, component string) record.EventRecorder {
-	return events.NewDeduplicator(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component}), 0)
+// cause for the same object, and learns from unwritten which of its events
+// were never written.
+func newRecorder(b record.EventBroadcaster, component string, unwritten *unwrittenEvents) *events.Deduplicator {
+	d := events.NewDeduplicator(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component}), 0)
+	unwritten.add(d)
+	return d
 }
 
 // runWithLeaderElection runs run while this process holds the Lease named

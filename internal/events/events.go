@@ -157,6 +157,26 @@ func (d *Deduplicator) Forget(uid types.UID) {
 	}
 }
 
+// Unwritten undoes the remembering of event, which was forwarded but never
+// written (a [Writer] gave up on it, see WriterOptions.OnDrop): if it is
+// still the last event remembered for its object, it is forgotten, so that
+// the next repetition of its cause is forwarded instead of being dropped
+// for RefreshInterval. An event this Deduplicator did not forward, or one
+// a later event replaced, changes nothing.
+func (d *Deduplicator) Unwritten(event *corev1.Event) {
+	key := objectKey(&event.InvolvedObject)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	el, ok := d.byKey[key]
+	if !ok {
+		return
+	}
+	if e := el.Value.(*entry); e.eventtype == event.Type && e.reason == event.Reason && e.message == event.Message {
+		d.order.Remove(el)
+		delete(d.byKey, key)
+	}
+}
+
 // Len returns the number of objects currently remembered.
 func (d *Deduplicator) Len() int {
 	d.mu.Lock()

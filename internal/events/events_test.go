@@ -186,3 +186,34 @@ func TestDeduplicatorConcurrent(t *testing.T) {
 		t.Errorf("forwarded %d events, want one per object (10)", len(next.events))
 	}
 }
+
+// TestDeduplicatorUnwritten: an event the writer gave up on is forgotten if
+// it is still the last one remembered for its object, so that its next
+// repetition is forwarded; any other event leaves the memory as it is.
+func TestDeduplicatorUnwritten(t *testing.T) {
+	claim := pvc("c")
+	ref := corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c", UID: claim.UID}
+	unwritten := func(reason, message string) *corev1.Event {
+		return &corev1.Event{InvolvedObject: ref, Type: corev1.EventTypeWarning, Reason: reason, Message: message}
+	}
+	tests := []struct {
+		name        string
+		unwritten   *corev1.Event
+		wantRepeats bool
+	}{
+		{name: "the last event: forgotten", unwritten: unwritten("ProvisioningFailed", "no space")},
+		{name: "an earlier event: kept", unwritten: unwritten("ProvisioningFailed", "older cause"), wantRepeats: true},
+		{name: "another object's: kept", unwritten: &corev1.Event{InvolvedObject: corev1.ObjectReference{UID: "other"}, Type: corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: "no space"}, wantRepeats: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := NewDeduplicator(record.NewFakeRecorder(10), 0)
+			d.Event(claim, corev1.EventTypeWarning, "ProvisioningFailed", "older cause")
+			d.Event(claim, corev1.EventTypeWarning, "ProvisioningFailed", "no space")
+			d.Unwritten(tt.unwritten)
+			if got := d.Repeats(claim, corev1.EventTypeWarning, "ProvisioningFailed", "no space"); got != tt.wantRepeats {
+				t.Errorf("Repeats = %v, want %v", got, tt.wantRepeats)
+			}
+		})
+	}
+}

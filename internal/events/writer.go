@@ -42,6 +42,15 @@ type WriterOptions struct {
 	// already written, or being written, are never affected, so with the
 	// API server keeping up every event is written.
 	Supersedes map[string]string
+	// OnDrop, when set, is called with each event the Writer gives up on
+	// while it runs: its queue was full, or the API server could not be
+	// reached in MaxTries attempts. A recorder that drops repetitions
+	// ([Deduplicator.Unwritten]) must learn that the event was never
+	// written. It is not called for an event the API server refused (a
+	// retry would be refused too), one superseded by a later event, or
+	// one left when Run stops. It runs on the caller's or a worker's
+	// goroutine and must not block.
+	OnDrop func(*corev1.Event)
 }
 
 // Writer writes events to the API server from several workers.
@@ -166,6 +175,14 @@ func (w *Writer) enqueue(wr write) {
 		klog.Background().Error(errors.New("event queue full"), "Dropping event",
 			"object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name), "kind", e.InvolvedObject.Kind,
 			"type", e.Type, "reason", e.Reason)
+		w.dropped(e)
+	}
+}
+
+// dropped tells opts.OnDrop about an event given up.
+func (w *Writer) dropped(e *corev1.Event) {
+	if w.opts.OnDrop != nil {
+		w.opts.OnDrop(e)
 	}
 }
 
@@ -284,6 +301,7 @@ func (w *Writer) write(stop, writeCtx context.Context, wr write) {
 		}
 		if try >= w.opts.MaxTries {
 			eventLogger(writeCtx, wr.event).Error(nil, "Giving up writing event", "tries", try)
+			w.dropped(wr.event)
 			return
 		}
 		wait := w.opts.RetryInterval

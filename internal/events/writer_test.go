@@ -183,6 +183,7 @@ func TestWriterErrors(t *testing.T) {
 		maxTries    int
 		wantCalls   int
 		wantCreated int
+		wantDropped bool // OnDrop is told
 	}{
 		{name: "server unreachable, then back: retried until written",
 			fail: func(call int) error {
@@ -193,7 +194,7 @@ func TestWriterErrors(t *testing.T) {
 			},
 			wantCalls: 3, wantCreated: 1},
 		{name: "server unreachable for good: given up after MaxTries",
-			fail: func(int) error { return unreachable }, maxTries: 4, wantCalls: 4},
+			fail: func(int) error { return unreachable }, maxTries: 4, wantCalls: 4, wantDropped: true},
 		{name: "server overloaded (429), then not: retried",
 			fail: func(call int) error {
 				if call == 1 {
@@ -210,7 +211,10 @@ func TestWriterErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			api := &apiEvents{fail: tt.fail}
-			rec := newStack(t, NewWriter(api, WriterOptions{Workers: 1, RetryInterval: time.Millisecond, MaxTries: tt.maxTries}), api)
+			var mu sync.Mutex
+			var dropped []string
+			onDrop := func(e *corev1.Event) { mu.Lock(); defer mu.Unlock(); dropped = append(dropped, e.Reason) }
+			rec := newStack(t, NewWriter(api, WriterOptions{Workers: 1, RetryInterval: time.Millisecond, MaxTries: tt.maxTries, OnDrop: onDrop}), api)
 			rec.Event(pvc("c"), corev1.EventTypeNormal, failReason, "m")
 			// One worker writes in order: once the sentinel is written,
 			// the first event is done with and the counts are final.
@@ -218,6 +222,11 @@ func TestWriterErrors(t *testing.T) {
 			waitFor(t, "the sentinel", func() bool { return api.lastCreated() == "Sentinel" })
 			if calls, created, _ := api.counts(); calls != tt.wantCalls || created-1 != tt.wantCreated {
 				t.Errorf("%d calls and %d creates, want %d and %d", calls, created-1, tt.wantCalls, tt.wantCreated)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := map[bool][]string{true: {failReason}}[tt.wantDropped]; !slices.Equal(dropped, want) {
+				t.Errorf("OnDrop told of %q, want %q", dropped, want)
 			}
 		})
 	}
@@ -227,13 +236,17 @@ func TestWriterErrors(t *testing.T) {
 // does not fit is dropped.
 func TestWriterQueueFull(t *testing.T) {
 	api := &apiEvents{}
-	w := NewWriter(api, WriterOptions{Workers: 1, QueueLength: 2})
+	var dropped []string // enqueue runs on this goroutine
+	w := NewWriter(api, WriterOptions{Workers: 1, QueueLength: 2, OnDrop: func(e *corev1.Event) { dropped = append(dropped, e.InvolvedObject.Name) }})
 	sink := &typedcorev1.EventSinkImpl{Interface: w.Wrap(api)}
 	for i := range 5 {
 		e := &corev1.Event{InvolvedObject: corev1.ObjectReference{Namespace: "ns", Name: fmt.Sprintf("claim-%d", i)}, Reason: "Provisioning"}
 		if _, err := sink.Create(e); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if want := []string{"claim-2", "claim-3", "claim-4"}; !slices.Equal(dropped, want) {
+		t.Errorf("OnDrop told of %q, want %q", dropped, want)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
