@@ -350,10 +350,19 @@ func (p *Provisioner) unowned(claim *corev1.PersistentVolumeClaim) (*corev1.Pers
 		reason = fmt.Sprintf("the claim is bound to volume %s", cur.Spec.VolumeName)
 	default:
 		selected := selectedNodeName(cur)
-		if selected == "" || selected == p.node.NodeName {
+		switch {
+		case selected == p.node.NodeName:
 			return cur, nil
+		case selected == "" && cur.DeletionTimestamp != nil:
+			// Taking it would only create a volume to delete again; the
+			// node whose CreateVolume got the last, final answer releases
+			// its in-flight finalizer (nodeGuards).
+			reason = "the claim is being deleted"
+		case selected == "":
+			return cur, nil
+		default:
+			reason = fmt.Sprintf("node %s took the claim", selected)
 		}
-		reason = fmt.Sprintf("node %s took the claim", selected)
 	}
 	p.node.forget(claim.UID)
 	return nil, &controller.IgnoredError{Reason: reason}
@@ -427,11 +436,14 @@ func (p *Provisioner) ownedCopy(cur, claim *corev1.PersistentVolumeClaim, taken 
 // claim. The ledger assumes that only this process sends CreateVolume for
 // the claims it records, which in node deployment holds for the claims
 // selected for this node; another node may send CreateVolume for the
-// others. One exception: a delayed-binding claim without a selected node
-// whose last CreateVolume this node sent and got a final answer to (this
-// node rescheduled it). No node takes such a claim until the scheduler
-// selects one, so no CreateVolume can be in flight for it, and without
-// this exception nobody would release it if it is deleted meanwhile.
+// others. One exception: a claim without a selected node whose last
+// CreateVolume this node sent and got a final answer to (this node
+// rescheduled it), when it has delayed binding or is being deleted. No
+// node takes such a claim (until the scheduler selects one, or at all:
+// see unowned), so no CreateVolume can be in flight for it, and without
+// this exception nobody would release it if it is deleted meanwhile: with
+// immediate binding, while no node has room for it, it would stay
+// Terminating.
 func (p *Provisioner) nodeGuards(claim *corev1.PersistentVolumeClaim) bool {
 	switch selected := selectedNodeName(claim); selected {
 	case p.node.NodeName:
@@ -439,6 +451,9 @@ func (p *Provisioner) nodeGuards(claim *corev1.PersistentVolumeClaim) bool {
 	case "":
 		if !p.attempts.isFinal(claim.UID) {
 			return false
+		}
+		if claim.DeletionTimestamp != nil {
+			return true
 		}
 		class, err := p.classes.Get(storagehelpers.GetPersistentVolumeClaimClass(claim))
 		return err == nil && lateBinding(class)

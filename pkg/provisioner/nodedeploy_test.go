@@ -140,6 +140,20 @@ func TestNodeDeploymentShouldProvision(t *testing.T) {
 		})
 	}
 
+	// A claim being deleted (it keeps the in-flight finalizer of the node
+	// whose CreateVolume got a final answer) is not taken: that would only
+	// create a volume to delete again.
+	t.Run("no selected node, Immediate, being deleted: not taken", func(t *testing.T) {
+		claim := newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+		h := newHarness(t, topologyCaps(), objs(newClass().Obj(), claim), withNode())
+		if h.p.ShouldProvision(h.ctx, claim) {
+			t.Error("ShouldProvision = true for a claim being deleted")
+		}
+		if got := selectedNodeName(h.liveClaim(claim)); got != "" {
+			t.Errorf("selected-node = %q, want none: a claim being deleted was taken", got)
+		}
+	})
+
 	// An immediate claim is taken in ShouldProvision, before the library
 	// posts its Provisioning event: false while the informer has not
 	// delivered the update, true for the claim that names this node.
@@ -498,7 +512,11 @@ func TestNodeDeploymentGuard(t *testing.T) {
 			{name: "this node's, final answer", selected: thisNode, ledger: final},
 			{name: "another node's, seen clean", selected: "n1", ledger: clean, wantKept: true},
 			{name: "another node's, final answer", selected: "n1", ledger: final, wantKept: true},
-			{name: "no selected node, immediate, final answer", ledger: final, wantKept: true},
+			// No node takes a claim being deleted (unowned), so no
+			// CreateVolume can start for it: this node, whose answer was
+			// final, releases it even while no node has room for it.
+			{name: "no selected node, immediate, final answer", ledger: final},
+			{name: "no selected node, immediate, seen clean", ledger: clean, wantKept: true},
 			{name: "no selected node, delayed binding, seen clean", lateBound: true, ledger: clean, wantKept: true},
 			{name: "rescheduled by this node after a final answer", lateBound: true, ledger: final},
 		}
