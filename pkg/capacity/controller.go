@@ -164,11 +164,19 @@ type Controller struct {
 	logger  klog.Logger
 	// desired maps item keys to the items to publish.
 	desired map[string]item
-	// created holds, by item key, objects this controller created that the
-	// informer has not delivered yet, so that no second object is created
-	// for the item meanwhile. An entry is dropped when the informer adds
-	// or deletes an object of that name.
-	created map[string]*storagev1.CSIStorageCapacity
+	// written holds, by item key, the object as this controller last
+	// created or updated it, until the informer delivers that version: so
+	// that no second object is created for the item meanwhile, and the
+	// next sync compares GetCapacity's answer with what was written, not
+	// with an older cached copy. An entry is dropped when the informer
+	// delivers the object with the written resourceVersion or deletes it,
+	// and when a write of it conflicts or finds it gone.
+	written map[string]*storagev1.CSIStorageCapacity
+	// creating holds the keys of the items whose Create is under way,
+	// each with the names of that item's objects deleted meanwhile: the
+	// informer can deliver a new object's addition and deletion before
+	// Create returns, and the object must then not be recorded.
+	creating map[string][]string
 }
 
 // New creates a controller publishing the capacity of driver (named
@@ -201,7 +209,8 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 		cfg:        cfg,
 		managedBy:  managedByValue(cfg.node),
 		logger:     klog.Background(),
-		created:    map[string]*storagev1.CSIStorageCapacity{},
+		written:    map[string]*storagev1.CSIStorageCapacity{},
+		creating:   map[string][]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.retryStart, cfg.retryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: queueName}),
@@ -449,7 +458,7 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 	it, ok := c.desired[key]
 	// Read the record before the cache: the record is dropped only after
 	// the cache has the object, so one of the two has it.
-	record := c.created[key]
+	record := c.written[key]
 	c.mu.Unlock()
 	if !ok {
 		return nil
@@ -474,7 +483,7 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 		if err := c.deleteObject(ctx, dup); err != nil {
 			return err
 		}
-		c.forgetCreated(key, dup.Name)
+		c.forgetWritten(key, dup.Name)
 	}
 
 	req := &csi.GetCapacityRequest{Parameters: csiclient.DriverParameters(class.Parameters)}
@@ -498,11 +507,19 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 
 	if current == nil {
 		obj := c.newObject(it, capacity, maxSize)
+		c.mu.Lock()
+		c.creating[key] = nil
+		c.mu.Unlock()
 		created, err := c.client.StorageV1().CSIStorageCapacities(c.namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
 		if err != nil {
+			c.mu.Lock()
+			delete(c.creating, key)
+			c.mu.Unlock()
 			return fmt.Errorf("create CSIStorageCapacity for storage class %s and segment %s: %w", it.class, it.segment, err)
 		}
-		c.rememberCreated(key, created)
+		if !c.rememberCreated(key, created) {
+			return fmt.Errorf("CSIStorageCapacity %s/%s was deleted right after it was created; creating it again", created.Namespace, created.Name)
+		}
 		logger.V(2).Info("Created CSIStorageCapacity", "csiStorageCapacity", klog.KObj(created), "capacity", capacity, "maximumVolumeSize", maxSize)
 		return nil
 	}
@@ -525,13 +542,15 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 	}
 	updated, err := c.client.StorageV1().CSIStorageCapacities(c.namespace).Update(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
 	if err != nil {
-		if apierrors.IsNotFound(err) {
-			// Deleted by someone else: the retry creates it again.
-			c.forgetCreated(key, obj.Name)
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			// Deleted by someone else (the retry creates it again), or
+			// changed since it was written or cached: the retry starts
+			// from the informer's copy.
+			c.forgetWritten(key, obj.Name)
 		}
 		return fmt.Errorf("update CSIStorageCapacity %s/%s: %w", obj.Namespace, obj.Name, err)
 	}
-	c.replaceCreated(key, updated)
+	c.rememberUpdated(key, updated)
 	logger.V(2).Info("Updated CSIStorageCapacity", "csiStorageCapacity", klog.KObj(updated), "capacity", capacity, "maximumVolumeSize", maxSize)
 	return nil
 }
@@ -557,17 +576,18 @@ func (c *Controller) syncObject(ctx context.Context, name string) error {
 	return c.deleteObject(ctx, obj)
 }
 
-// objectsFor returns the objects for the item with key, from the cache plus
-// record (an object created but not yet cached), oldest first.
+// objectsFor returns the objects for the item with key, from the cache with
+// record (the object as last written, see written) in place of its cached
+// copy or added when not cached yet, oldest first.
 func (c *Controller) objectsFor(key string, record *storagev1.CSIStorageCapacity) []*storagev1.CSIStorageCapacity {
 	var objs []*storagev1.CSIStorageCapacity
 	cached, _ := c.objInformer.GetIndexer().ByIndex(indexByItem, key)
 	for _, o := range cached {
-		if obj, ok := o.(*storagev1.CSIStorageCapacity); ok {
+		if obj, ok := o.(*storagev1.CSIStorageCapacity); ok && (record == nil || obj.Name != record.Name) {
 			objs = append(objs, obj)
 		}
 	}
-	if record != nil && !slices.ContainsFunc(objs, func(o *storagev1.CSIStorageCapacity) bool { return o.Name == record.Name }) {
+	if record != nil {
 		objs = append(objs, record)
 	}
 	slices.SortFunc(objs, func(a, b *storagev1.CSIStorageCapacity) int {
@@ -631,38 +651,56 @@ func (c *Controller) deleteObject(ctx context.Context, obj *storagev1.CSIStorage
 	return nil
 }
 
-// rememberCreated records obj, just created for the item with key, unless the
-// informer already has it.
-func (c *Controller) rememberCreated(key string, obj *storagev1.CSIStorageCapacity) {
+// rememberCreated ends the Create under way for the item with key and
+// records obj, just created for it, unless the informer already has it. It
+// reports false, recording nothing, when the informer has already deleted
+// it: the item needs a new object.
+func (c *Controller) rememberCreated(key string, obj *storagev1.CSIStorageCapacity) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.objLister.Get(obj.Name); err == nil {
+	deleted := c.creating[key]
+	delete(c.creating, key)
+	if slices.Contains(deleted, obj.Name) {
+		return false
+	}
+	if cached, err := c.objLister.Get(obj.Name); err == nil && cached.ResourceVersion == obj.ResourceVersion {
+		return true
+	}
+	c.written[key] = obj
+	return true
+}
+
+// rememberUpdated records obj, just updated, for the item with key, unless
+// the informer already has that version.
+func (c *Controller) rememberUpdated(key string, obj *storagev1.CSIStorageCapacity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cached, err := c.objLister.Get(obj.Name); err == nil && cached.ResourceVersion == obj.ResourceVersion {
+		c.forgetWrittenLocked(key, obj.Name)
 		return
 	}
-	c.created[key] = obj
+	c.written[key] = obj
 }
 
-// replaceCreated replaces the record of the item with key by obj, a newer
-// version of the same object. Without such a record it does nothing.
-func (c *Controller) replaceCreated(key string, obj *storagev1.CSIStorageCapacity) {
+// forgetWritten drops the record of the item with key if it is the object
+// named name.
+func (c *Controller) forgetWritten(key, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.created[key]; r != nil && r.Name == obj.Name {
-		c.created[key] = obj
+	c.forgetWrittenLocked(key, name)
+}
+
+func (c *Controller) forgetWrittenLocked(key, name string) {
+	if r := c.written[key]; r != nil && r.Name == name {
+		delete(c.written, key)
 	}
 }
 
-// forgetCreated drops the record of the item with key if it is the object
-// named name.
-func (c *Controller) forgetCreated(key, name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.forgetCreatedLocked(key, name)
-}
-
-func (c *Controller) forgetCreatedLocked(key, name string) {
-	if r := c.created[key]; r != nil && r.Name == name {
-		delete(c.created, key)
+// deliveredLocked drops the record of the item with key when the informer
+// delivered the written version of it.
+func (c *Controller) deliveredLocked(key string, obj *storagev1.CSIStorageCapacity) {
+	if r := c.written[key]; r != nil && r.Name == obj.Name && r.ResourceVersion == obj.ResourceVersion {
+		delete(c.written, key)
 	}
 }
 
@@ -746,7 +784,7 @@ func (c *Controller) counts() (goal, current, obsolete int) {
 	goal = len(c.desired)
 	for key := range c.desired {
 		objs, _ := c.objInformer.GetIndexer().ByIndex(indexByItem, key)
-		if len(objs) > 0 || c.created[key] != nil {
+		if len(objs) > 0 || c.written[key] != nil {
 			current++
 		}
 	}

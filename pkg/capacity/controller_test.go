@@ -2,7 +2,9 @@ package capacity
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -402,7 +405,7 @@ func TestCreatedNotYetCached(t *testing.T) {
 	}
 	h.cache(t, obj)
 	h.c.onObject(obj)
-	if n := len(h.c.created); n != 0 {
+	if n := len(h.c.written); n != 0 {
 		t.Fatalf("records after the informer delivered the object: %d, want 0", n)
 	}
 	mustSync()
@@ -452,6 +455,92 @@ func TestUpdateNotFound(t *testing.T) {
 	}
 	if got := writesOf(h.writes()); len(got) != 1 || got[0].Verb != "create" {
 		t.Fatalf("retry: got writes %+v, want one create", got)
+	}
+}
+
+// TestUpdatedNotYetCached: capacity goes 10Gi → 9Gi (published) → 10Gi
+// before the informer delivers the update. The second sync compares with
+// what it wrote (9Gi), not with the older cached copy (10Gi), and publishes
+// 10Gi again; once the informer delivers the written version, the record
+// goes.
+func TestUpdatedNotYetCached(t *testing.T) {
+	driver := &fakeDriver{available: gi(10)}
+	cached := csc("a", "fast", "a", gi(10))
+	cached.ResourceVersion = "1"
+	h := newHarness(t, objects(one(wffc("fast")), zoneNode("n1", "a"), one(cached)), driver)
+	// As the API server, each update makes a new resourceVersion (the
+	// fake keeps the one it is given).
+	rv := 1
+	h.client.PrependReactor("update", "csistoragecapacities", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		rv++
+		action.(clienttesting.UpdateAction).GetObject().(*storagev1.CSIStorageCapacity).ResourceVersion = fmt.Sprint(rv)
+		return false, nil, nil
+	})
+	ctx := testContext(t)
+	key := itemKey("fast", zone("a"))
+	driver.set(gi(9), nil)
+	if err := h.c.syncItem(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	driver.set(gi(10), nil)
+	if err := h.c.syncItem(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := h.client.StorageV1().CSIStorageCapacities(testNamespace).Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj.Capacity.Cmp(*resource.NewQuantity(gi(10), resource.BinarySI)) != 0 {
+		t.Errorf("published capacity %v, want the driver's 10Gi", obj.Capacity)
+	}
+	h.cache(t, obj)
+	h.c.onObject(obj)
+	if n := len(h.c.written); n != 0 {
+		t.Errorf("%d records after the informer delivered the written version, want none", n)
+	}
+}
+
+// TestCreatedAndDeletedBeforeRecorded: the informer delivers the addition
+// and the deletion (by someone else) of a just-created object before Create
+// returns. The object is not recorded (a record would stand for an object
+// that is gone, and hide it while the capacity stays the same): the sync
+// fails, and its retry creates the object again.
+func TestCreatedAndDeletedBeforeRecorded(t *testing.T) {
+	driver := &fakeDriver{available: gi(1)}
+	h := newHarness(t, objects(one(wffc("fast")), zoneNode("n1", "a")), driver)
+	ctx := testContext(t)
+	key := itemKey("fast", zone("a"))
+	deletedEarly := false
+	h.client.PrependReactor("create", "csistoragecapacities", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if deletedEarly {
+			return false, nil, nil
+		}
+		deletedEarly = true
+		obj := action.(clienttesting.CreateAction).GetObject().(*storagev1.CSIStorageCapacity).DeepCopy()
+		obj.Name, obj.UID, obj.ResourceVersion = "csisc-early", "uid-early", "1"
+		h.cache(t, obj)
+		h.c.onObject(obj)
+		if err := h.c.objInformer.GetStore().Delete(obj); err != nil {
+			t.Fatal(err)
+		}
+		h.c.onObjectDelete(obj)
+		return true, obj, nil
+	})
+	if err := h.c.syncItem(ctx, key); err == nil || !strings.Contains(err.Error(), "was deleted right after it was created") {
+		t.Fatalf("syncItem = %v, want the early deletion", err)
+	}
+	if r := h.c.written[key]; r != nil {
+		t.Fatalf("record of %s, which is gone", r.Name)
+	}
+	if err := h.c.syncItem(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	list, err := h.client.StorageV1().CSIStorageCapacities(testNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("%d objects, want the one created again", len(list.Items))
 	}
 }
 

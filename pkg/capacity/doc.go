@@ -43,8 +43,9 @@
 // expressions). Objects that match no item are obsolete and deleted. When
 // several objects match one item, the oldest is kept and the others are
 // deleted. The controller never creates a second object for an item while
-// the object it created is not yet in its informer cache: it remembers the
-// objects it created until the informer delivers them. (A create that fails
+// the object it created is not yet in its informer cache, and never
+// compares with a cached copy older than what it wrote: it remembers the
+// objects it created or updated until the informer delivers that version. (A create that fails
 // with a timeout may still have created an object; that object is adopted
 // or, if another one was created meanwhile, deleted as a duplicate.)
 //

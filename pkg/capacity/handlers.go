@@ -63,7 +63,8 @@ func (c *Controller) onCSINodeUpdate(oldObj, newObj any) {
 }
 
 // onObject handles an added or updated CSIStorageCapacity: it ends the
-// record of an object this controller created, queues the object when it is
+// record of an object this controller wrote once this version arrives,
+// queues the object when it is
 // obsolete, and queues its item when the item has more than one object.
 func (c *Controller) onObject(obj any) {
 	csc, ok := obj.(*storagev1.CSIStorageCapacity)
@@ -74,7 +75,7 @@ func (c *Controller) onObject(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if forItem {
-		c.forgetCreatedLocked(key, csc.Name)
+		c.deliveredLocked(key, csc)
 	}
 	if !c.started {
 		return
@@ -104,8 +105,11 @@ func (c *Controller) onObjectDelete(obj any) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.forgetCreatedLocked(key, csc.Name)
-	if !c.started || !c.isDesiredLocked(key) || c.created[key] != nil {
+	c.forgetWrittenLocked(key, csc.Name)
+	if names, creating := c.creating[key]; creating {
+		c.creating[key] = append(names, csc.Name)
+	}
+	if !c.started || !c.isDesiredLocked(key) || c.written[key] != nil {
 		return
 	}
 	if objs, _ := c.objInformer.GetIndexer().ByIndex(indexByItem, key); len(objs) == 0 {
