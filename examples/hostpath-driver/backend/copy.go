@@ -61,6 +61,14 @@ func copyFile(src, dst string) error {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
 	defer in.Close()
+	return copyOpened(in, src, dst, func(perm fs.FileMode) (*os.File, error) {
+		return os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
+	})
+}
+
+// copyOpened copies in, opened from src, to the file create makes (dst),
+// as copyFile does.
+func copyOpened(in *os.File, src, dst string, create func(fs.FileMode) (*os.File, error)) error {
 	fi, err := in.Stat()
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
@@ -68,7 +76,7 @@ func copyFile(src, dst string) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("copy %s: not a regular file (%s)", src, fi.Mode().Type())
 	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
+	out, err := create(fi.Mode().Perm())
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
@@ -125,37 +133,69 @@ func copyRange(out, in *os.File, off, n int64) error {
 // files, sockets and pipes are skipped. Ownership is not copied. Every
 // file and directory of dst is fsynced before it returns (see copyFile);
 // the caller fsyncs dst's parent.
+//
+// The volume's user may change src while it is copied, for example swap a
+// directory for a symbolic link to a directory of the host, between the
+// moment the walk lists it and the moment it reads or writes below it.
+// Every access therefore goes through an [os.Root] of src and one of dst:
+// no path is resolved outside them, whatever a component has become, so
+// the copy neither reads a host file into the copy nor writes through a
+// link it copied.
 func copyTree(src, dst string) error {
-	var dirs []string
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("copy %s: not a directory (%s)", src, fi.Mode().Type())
+	}
+	if err := os.Mkdir(dst, fi.Mode().Perm()); err != nil {
+		return err
+	}
+	from, err := os.OpenRoot(src)
+	if err != nil {
+		return err
+	}
+	defer from.Close()
+	to, err := os.OpenRoot(dst)
+	if err != nil {
+		return err
+	}
+	defer to.Close()
+	dirs := []string{"."}
+	err = fs.WalkDir(from.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		switch mode := info.Mode(); {
+		mode := info.Mode()
+		switch {
+		case rel == ".":
+			return chmodIn(to, rel, mode.Perm())
 		case mode.IsDir():
-			if err := os.Mkdir(target, mode.Perm()); err != nil {
+			if err := to.Mkdir(rel, mode.Perm()); err != nil {
 				return err
 			}
-			dirs = append(dirs, target)
-			// Mkdir applies the umask; keep the source's mode exactly.
-			return os.Chmod(target, mode.Perm())
+			dirs = append(dirs, rel)
+			return chmodIn(to, rel, mode.Perm())
 		case mode.IsRegular():
-			return copyFile(path, target)
+			in, err := from.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				return fmt.Errorf("copy %s: %w", filepath.Join(src, rel), err)
+			}
+			defer in.Close()
+			return copyOpened(in, filepath.Join(src, rel), filepath.Join(dst, rel), func(perm fs.FileMode) (*os.File, error) {
+				return to.OpenFile(rel, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, perm)
+			})
 		case mode&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
+			link, err := from.Readlink(rel)
 			if err != nil {
 				return err
 			}
-			return os.Symlink(link, target)
+			return to.Symlink(link, rel)
 		default:
 			return nil
 		}
@@ -165,9 +205,34 @@ func copyTree(src, dst string) error {
 	}
 	// Reversed, so that each directory is flushed after those below it.
 	for _, dir := range slices.Backward(dirs) {
-		if err := syncDir(dir); err != nil {
-			return err
+		if err := syncDirIn(to, dir); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(dst, dir), err)
 		}
+	}
+	return nil
+}
+
+// chmodIn sets the mode of the directory rel of root exactly (Mkdir
+// applies the umask), through its open descriptor: Root.Chmod would follow
+// a link that replaced it meanwhile.
+func chmodIn(root *os.Root, rel string, perm fs.FileMode) error {
+	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Chmod(perm)
+}
+
+// syncDirIn fsyncs the directory rel of root.
+func syncDirIn(root *os.Root, rel string) error {
+	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open directory: %w", err)
+	}
+	defer d.Close()
+	if err := fsync(d); err != nil {
+		return fmt.Errorf("fsync directory: %w", err)
 	}
 	return nil
 }
