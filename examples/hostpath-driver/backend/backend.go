@@ -73,6 +73,11 @@ type Backend interface {
 	// it. A target that is already gone is not an error.
 	Unpublish(v *state.Volume, target string) error
 
+	// Published reports whether target shows v as Publish left it. A
+	// publication recorded before a node restart is not: the mounts are
+	// gone, and target is an empty directory of the node's disk.
+	Published(v *state.Volume, target string) (bool, error)
+
 	// Check reports why the backend cannot store data now (for example
 	// its storage was unmounted or removed), or nil. It changes nothing,
 	// is cheap enough to answer every Probe, and is safe to call

@@ -209,6 +209,23 @@ func (d *Dir) Publish(v *state.Volume, target string, readOnly bool) error {
 	return nil
 }
 
+// Published reports whether target is v's data bind-mounted: the same
+// file (device and inode) as v's directory, or block file.
+func (d *Dir) Published(v *state.Volume, target string) (bool, error) {
+	t, err := os.Stat(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	data, err := os.Stat(d.volumePath(v))
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(t, data), nil
+}
+
 // Unpublish unmounts target and removes it. It never removes anything
 // through a mount: if the unmount fails, target stays.
 func (d *Dir) Unpublish(_ *state.Volume, target string) error {

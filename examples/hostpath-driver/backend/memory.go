@@ -2,6 +2,9 @@ package backend
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 
 	"github.com/kube-storage/csi-provisioner/examples/hostpath-driver/state"
 )
@@ -43,6 +46,15 @@ func (Memory) Check() error { return nil }
 func (Memory) Publish(v *state.Volume, target string, _ bool) error {
 	_, err := makeTarget(target, v.AccessType == state.Block)
 	return err
+}
+
+// Published reports whether target exists: it mounts nothing.
+func (Memory) Published(_ *state.Volume, target string) (bool, error) {
+	_, err := os.Lstat(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Unpublish removes target.

@@ -76,6 +76,19 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		if p.VolumeID != v.ID || p.ReadOnly != readOnly || p.AccessMode != mode.String() {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s already holds volume %s (readonly=%t, %s)", target, p.VolumeID, p.ReadOnly, p.AccessMode)
 		}
+		published, err := d.backend.Published(v, target)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "check target %s of volume %s: %v", target, v.ID, err)
+		}
+		if !published {
+			// Recorded, but the node restarted since and its mounts are
+			// gone: answering OK would give the pod an empty directory of
+			// the node's disk instead of its volume.
+			if err := d.backend.Publish(v, target, readOnly); err != nil {
+				return nil, publishError(v.ID, target, err)
+			}
+			klog.FromContext(ctx).Info("Published volume again: its target had lost it (the node restarted?)", "volumeID", v.ID, "target", target)
+		}
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	for _, p := range d.st.Publications {
@@ -88,14 +101,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		}
 	}
 	if err := d.backend.Publish(v, target, readOnly); err != nil {
-		switch {
-		case errors.Is(err, backend.ErrMountNotPermitted):
-			return nil, status.Errorf(codes.FailedPrecondition, "publish volume %s: %v", v.ID, err)
-		case errors.Is(err, fs.ErrNotExist):
-			return nil, status.Errorf(codes.FailedPrecondition, "publish volume %s: the parent directory of %s must exist: %v", v.ID, target, err)
-		default:
-			return nil, status.Errorf(codes.Internal, "publish volume %s: %v", v.ID, err)
-		}
+		return nil, publishError(v.ID, target, err)
 	}
 	d.st.Publications[target] = &state.Publication{TargetPath: target, VolumeID: v.ID, ReadOnly: readOnly, AccessMode: mode.String()}
 	if err := d.commitLocked(func() {
@@ -106,6 +112,19 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	klog.FromContext(ctx).V(2).Info("Published volume", "volumeID", v.ID, "target", target, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishError is the gRPC error of a failed Publish of volume id at
+// target.
+func publishError(id, target string, err error) error {
+	switch {
+	case errors.Is(err, backend.ErrMountNotPermitted):
+		return status.Errorf(codes.FailedPrecondition, "publish volume %s: %v", id, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return status.Errorf(codes.FailedPrecondition, "publish volume %s: the parent directory of %s must exist: %v", id, target, err)
+	default:
+		return status.Errorf(codes.Internal, "publish volume %s: %v", id, err)
+	}
 }
 
 // NodeUnpublishVolume undoes NodePublishVolume and removes target_path.

@@ -257,3 +257,46 @@ func TestNodeUnpublishAfterCrash(t *testing.T) {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
 }
+
+// TestNodePublishAfterRestart covers a node restart: its mounts are gone,
+// but the state still records the publication, and the kubelet calls
+// NodePublishVolume again for the same target. The driver must mount the
+// volume again: answering OK from its record would give the pod an empty
+// directory of the node's disk, and the data written there would then make
+// NodeUnpublishVolume fail ("directory not empty") for ever. It needs root
+// or CAP_SYS_ADMIN and skips itself otherwise.
+func TestNodePublishAfterRestart(t *testing.T) {
+	if err := backend.CheckBindMount(t.TempDir()); err != nil {
+		t.Skipf("cannot bind mount here: %v", err)
+	}
+	root := dirBackend(t)
+	first := newTestDriver(t, root)
+	id := mustCreate(t, first, createReq("mount", gi)).GetVolumeId()
+	target := filepath.Join(t.TempDir(), "target")
+	req := &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: target, VolumeCapability: mountCap(rwo)}
+	if _, err := first.NodePublishVolume(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close()
+	// The restart: the mount goes, the target directory stays.
+	if err := syscall.Unmount(target, 0); err != nil {
+		t.Fatal(err)
+	}
+	second := newTestDriver(t, root)
+	if _, err := second.NodePublishVolume(t.Context(), req); err != nil {
+		t.Fatalf("NodePublishVolume after the restart: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(target, 0) }) // only matters if the test fails
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(second.backend.(*backend.Dir).Root(), "volumes", id, "data")); err != nil {
+		t.Errorf("the file written at the target is not in the volume (%v): the target is a directory of the node's disk", err)
+	}
+	if _, err := second.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Errorf("NodeUnpublishVolume: %v", err)
+	}
+	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the target is still there after NodeUnpublishVolume (%v)", err)
+	}
+}
