@@ -108,8 +108,12 @@ func argRows() []argRow {
 		{args: []string{"--kube-api-capacity-qps=0"}, refusedHere: "`--kube-api-qps` or `--kube-api-capacity-qps` 0 (client-go would make it 5)"},
 		{args: []string{"--kube-api-burst=0"}, refusedHere: "or a burst of 0 with a positive QPS"},
 		{args: []string{"--capacity-ownerref-level=-2"}, refusedHere: "`--capacity-ownerref-level` below -1"},
-		{args: []string{"--metrics-path=metrics"}, refusedHere: "a `--metrics-path` that does not start with `/` or is one of the sidecar's own paths"},
-		{args: []string{"--http-endpoint=:0", "--metrics-path=/readyz"}, refusedHere: "a `--metrics-path` that does not start with `/` or is one of the sidecar's own paths"},
+		{args: []string{"--metrics-path=metrics"}, refusedHere: "a `--metrics-path` that does not start with `/`, is one of the sidecar's own paths"},
+		{args: []string{"--http-endpoint=:0", "--metrics-path=/readyz"}, refusedHere: "a `--metrics-path` that does not start with `/`, is one of the sidecar's own paths"},
+		// Upstream runs (it panics only once it serves metrics).
+		{args: []string{"--metrics-path=/a b"}, refusedHere: "is no path Go's HTTP server can serve"},
+		// Upstream retries creating its Lease there for ever.
+		{args: []string{"--leader-election", "--leader-election-namespace=Bad_NS"}, refusedHere: "a `--leader-election-namespace` that is no namespace name"},
 		{args: []string{"--leader-election", "--leader-election-lease-duration=5s"}, refusedHere: "leader election timings client-go refuses"},
 		{args: []string{"--leader-election-labels=a:b c"}, refusedHere: "`--leader-election-labels` items that are not a valid label key and value"},
 		{args: []string{"--csi-address="}, refusedHere: "a `--csi-address` that is empty, a relative path or not a unix socket"},
