@@ -111,7 +111,8 @@ func (p *Provisioner) cloneSourceSync(ctx context.Context, key string) error {
 }
 
 // pendingClones returns the keys (namespace/name), sorted, of the pending
-// claims that clone the claim with key namespace/name.
+// claims that clone the claim with key namespace/name and may keep it
+// (keepsSourceOf).
 func (p *Provisioner) pendingClones(key string) []string {
 	objs, err := p.claimInf.GetIndexer().ByIndex(indexClaimByCloneSource, key)
 	if err != nil {
@@ -119,7 +120,7 @@ func (p *Provisioner) pendingClones(key string) []string {
 	}
 	var names []string
 	for _, o := range objs {
-		if c, ok := o.(*corev1.PersistentVolumeClaim); ok && (c.Status.Phase == corev1.ClaimPending || c.Status.Phase == "") {
+		if c, ok := o.(*corev1.PersistentVolumeClaim); ok && (c.Status.Phase == corev1.ClaimPending || c.Status.Phase == "") && p.keepsSourceOf(c) {
 			names = append(names, c.Namespace+"/"+c.Name)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
@@ -119,8 +120,11 @@ func TestCrossNamespaceClone(t *testing.T) {
 }
 
 // TestCrossNamespaceCloneProtection: a pending clone in another namespace
-// keeps its source's cloning protection under the feature; without it such
-// a clone is never provisioned and does not count.
+// keeps its source's cloning protection under the feature while a grant
+// allows it or its CreateVolume may have started (the in-flight
+// finalizer); a claim that may not read the source does not (it would keep
+// a claim of another namespace from being deleted for ever). Without the
+// feature such a clone is never provisioned and does not count.
 func TestCrossNamespaceCloneProtection(t *testing.T) {
 	deletingSource := func() *corev1.PersistentVolumeClaim {
 		c := newClaim("src").VolumeName("pv-src").Phase(corev1.ClaimBound).Deleted().Finalizers(CloneFinalizer).Obj()
@@ -128,22 +132,27 @@ func TestCrossNamespaceCloneProtection(t *testing.T) {
 		return c
 	}
 	pending := fromNamespace(cloneOf("src").Phase(corev1.ClaimPending).Obj(), sourceNS)
+	started := fromNamespace(cloneOf("src").Phase(corev1.ClaimPending).Finalizers(inflight.Finalizer).Obj(), sourceNS)
 	bound := fromNamespace(cloneOf("src").Phase(corev1.ClaimBound).Obj(), sourceNS)
+	granted := []refgrant.Reference{sourceClaimRef}
 	tests := []struct {
 		name       string
 		grants     bool
+		allowed    []refgrant.Reference
 		clone      *corev1.PersistentVolumeClaim
 		wantRemove bool
 	}{
-		{name: "feature on, a clone pending in another namespace: kept", grants: true, clone: pending},
-		{name: "feature on, that clone bound: removed", grants: true, clone: bound, wantRemove: true},
+		{name: "feature on, a granted clone pending in another namespace: kept", grants: true, allowed: granted, clone: pending},
+		{name: "feature on, that clone without a grant: removed", grants: true, clone: pending, wantRemove: true},
+		{name: "feature on, a clone without a grant whose create may have started: kept", grants: true, clone: started},
+		{name: "feature on, the granted clone bound: removed", grants: true, allowed: granted, clone: bound, wantRemove: true},
 		{name: "feature off: that clone does not count", clone: pending, wantRemove: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var opts []Option
 			if tt.grants {
-				opts = append(opts, WithReferenceGrants(&fakeGrants{}))
+				opts = append(opts, WithReferenceGrants(&fakeGrants{allowed: tt.allowed}))
 			}
 			src := deletingSource()
 			h := newHarness(t, cloneCaps(), objs(src, tt.clone), opts...)
@@ -189,31 +198,51 @@ func TestCrossNamespaceRestore(t *testing.T) {
 	}
 }
 
+// TestCrossNamespaceSweep: the sweep keeps the source protection of a
+// snapshot of another namespace while a pending restore may read it (a
+// grant) or may have started its CreateVolume (the in-flight finalizer);
+// an ungranted claim, or one without the feature, does not keep it.
 func TestCrossNamespaceSweep(t *testing.T) {
 	protected := func(ns, name string) *snapv1.VolumeSnapshot {
 		return &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Finalizers: []string{SnapshotFinalizer}}}
 	}
 	pending := fromNamespace(restoreOf("a"), sourceNS)
 	pending.Status.Phase = corev1.ClaimPending
-	for _, grants := range []bool{true, false} {
-		snaps := snapfake.NewSimpleClientset(protected(sourceNS, "a"), protected(testNS, "a")) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
-		opts := []Option{WithSnapshotClient(snaps)}
-		if grants {
-			opts = append(opts, WithReferenceGrants(&fakeGrants{}))
-		}
-		h := newHarness(t, snapshotCaps(), objs(pending), opts...)
-		if err := h.p.sweepSnapshots(h.ctx); err != nil {
-			t.Fatal(err)
-		}
-		for ns, wantKept := range map[string]bool{sourceNS: grants, testNS: false} {
-			got, err := snaps.SnapshotV1().VolumeSnapshots(ns).Get(t.Context(), "a", metav1.GetOptions{})
-			if err != nil {
+	started := pending.DeepCopy()
+	started.Finalizers = []string{inflight.Finalizer}
+	snapRef := refgrant.Reference{Namespace: sourceNS, Group: snapshotAPIGroup, Kind: kindVolumeSnapshot, Name: "a"}
+	for _, tt := range []struct {
+		name     string
+		grants   bool
+		allowed  []refgrant.Reference
+		claim    *corev1.PersistentVolumeClaim
+		wantKept bool
+	}{
+		{name: "granted", grants: true, allowed: []refgrant.Reference{snapRef}, claim: pending, wantKept: true},
+		{name: "no grant", grants: true, claim: pending},
+		{name: "no grant, create may have started", grants: true, claim: started, wantKept: true},
+		{name: "feature off", claim: pending},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			snaps := snapfake.NewSimpleClientset(protected(sourceNS, "a"), protected(testNS, "a")) //nolint:staticcheck // this clientset has no NewClientset (no apply configurations)
+			opts := []Option{WithSnapshotClient(snaps)}
+			if tt.grants {
+				opts = append(opts, WithReferenceGrants(&fakeGrants{allowed: tt.allowed}))
+			}
+			h := newHarness(t, snapshotCaps(), objs(tt.claim), opts...)
+			if err := h.p.sweepSnapshots(h.ctx); err != nil {
 				t.Fatal(err)
 			}
-			if kept := slices.Contains(got.Finalizers, SnapshotFinalizer); kept != wantKept {
-				t.Errorf("feature %v: snapshot %s/a kept its protection: %v, want %v", grants, ns, kept, wantKept)
+			for ns, wantKept := range map[string]bool{sourceNS: tt.wantKept, testNS: false} {
+				got, err := snaps.SnapshotV1().VolumeSnapshots(ns).Get(t.Context(), "a", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kept := slices.Contains(got.Finalizers, SnapshotFinalizer); kept != wantKept {
+					t.Errorf("snapshot %s/a kept its protection: %v, want %v", ns, kept, wantKept)
+				}
 			}
-		}
+		})
 	}
 }
 

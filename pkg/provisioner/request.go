@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
@@ -250,6 +251,27 @@ func (p *Provisioner) sourceKey(claim *corev1.PersistentVolumeClaim, kind string
 		return ref.namespace + "/" + ref.name
 	}
 	return ""
+}
+
+// keepsSourceOf reports whether claim, pending as a clone or restore, may
+// keep its data source from being deleted (the cloning protection, the
+// snapshot's source protection). A source of its own namespace always may,
+// as upstream. One of another namespace only while a ReferenceGrant
+// allows the claim to read it, or once a CreateVolume for it may have
+// started (the in-flight finalizer, which the binder adds only after the
+// grant check passed): a claim of any namespace could otherwise keep a
+// claim or snapshot it may not read from being deleted, for ever. When
+// the grants cannot be read, it may, to be safe.
+func (p *Provisioner) keepsSourceOf(claim *corev1.PersistentVolumeClaim) bool {
+	ref, ok := sourceRefOf(claim)
+	if !ok || !ref.crossNamespace() || inflight.Has(claim) {
+		return true
+	}
+	if p.cfg.grants == nil {
+		return false
+	}
+	allowed, err := p.cfg.grants.Allows(claim.Namespace, refgrant.Reference{Namespace: ref.namespace, Group: ref.group, Kind: ref.kind, Name: ref.name})
+	return err != nil || allowed
 }
 
 // dataSource is the claim's data source this provisioner provisions from:

@@ -131,12 +131,17 @@ func (p *Provisioner) pendingRestores() (map[string]bool, error) {
 }
 
 // pendingRestoreOf returns the key (namespace/name) of the VolumeSnapshot
-// that claim restores from while it is pending, "" otherwise.
+// that claim restores from while it is pending and may keep it
+// (keepsSourceOf), "" otherwise.
 func (p *Provisioner) pendingRestoreOf(claim *corev1.PersistentVolumeClaim) string {
 	if claim.Status.Phase != corev1.ClaimPending && claim.Status.Phase != "" {
 		return ""
 	}
-	return p.restoreSourceOf(claim)
+	key := p.restoreSourceOf(claim)
+	if key == "" || !p.keepsSourceOf(claim) {
+		return ""
+	}
+	return key
 }
 
 // restoreSourceOf returns the key (namespace/name) of the VolumeSnapshot

@@ -101,9 +101,25 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	}
 	waitUnprotected(t, snaps, srcNS.Name, "snap", "the snapshot kept its source protection after the restore")
 
+	// A clone of the source from a namespace that no grant names: it
+	// stays Pending, refused, and must not keep the source from being
+	// deleted (any namespace could otherwise pin a claim it may not read).
+	otherNS, err := s.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns + "-other"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.c.CoreV1().Namespaces().Delete(context.Background(), otherNS.Name, metav1.DeleteOptions{}) })
+	ungranted := crossNamespace(testutil.NewPVC(otherNS.Name, "pin").Class(sc.Name).Size("1Gi").DataSource(nil, "PersistentVolumeClaim", src.Name), srcNS.Name).RV("").Obj()
+	if ungranted, err = s.c.CoreV1().PersistentVolumeClaims(otherNS.Name).Create(ctx, ungranted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(otherNS.Name, string(ungranted.UID), corev1.EventTypeWarning, "ProvisioningFailed",
+		"accessing "+srcNS.Name+"/src of PersistentVolumeClaim dataSource from "+otherNS.Name+"/pin isn't allowed")
+
 	// The hostpath driver keeps a volume that has snapshots: delete the
 	// snapshot first. The source goes while its clone stays: that clone is
-	// Bound, so the cloning protection lets the source go.
+	// Bound, so the cloning protection lets the source go, and the
+	// ungranted clone does not count.
 	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
 		t.Fatal(err)
 	}
