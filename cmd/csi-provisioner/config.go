@@ -344,6 +344,10 @@ func (c *Config) Validate() error {
 		// client-go's own checks, which would otherwise panic after start.
 		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
 			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
+	case c.LeaderElection && c.LeaderElectionLeaseDuration < time.Second:
+		// The Lease records whole seconds: 0 would make it expired for
+		// every replica at once.
+		return fmt.Errorf("--leader-election-lease-duration %s is under one second, which the Lease records as 0", c.LeaderElectionLeaseDuration)
 	case c.LeaderElection && c.LeaderElectionNamespace != "" && len(validation.IsDNS1123Label(c.LeaderElectionNamespace)) > 0:
 		// Upstream retries creating the Lease there for ever.
 		return fmt.Errorf("--leader-election-namespace %q is no namespace name: %s", c.LeaderElectionNamespace, strings.Join(validation.IsDNS1123Label(c.LeaderElectionNamespace), "; "))

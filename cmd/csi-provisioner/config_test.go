@@ -80,6 +80,7 @@ func TestFlagErrors(t *testing.T) {
 		{name: "lease shorter than renew", args: []string{"--leader-election", "--leader-election-lease-duration=5s"}, wantErr: "leader election needs"},
 		{name: "renew within client-go's jitter of the retry period", args: []string{"--leader-election", "--leader-election-retry-period=9s"}, wantErr: "leader election needs"},
 		{name: "zero retry period", args: []string{"--leader-election", "--leader-election-retry-period=0s"}, wantErr: "leader election needs"},
+		{name: "lease under one second", args: []string{"--leader-election", "--leader-election-lease-duration=900ms", "--leader-election-renew-deadline=800ms", "--leader-election-retry-period=500ms"}, wantErr: "--leader-election-lease-duration 900ms is under one second"},
 		{name: "lease namespace that is no name", args: []string{"--leader-election", "--leader-election-namespace=Bad_NS"}, wantErr: `--leader-election-namespace "Bad_NS" is no namespace name: a lowercase RFC 1123 label`},
 		{name: "unknown feature gate", args: []string{"--feature-gates=NoSuchGate=true"}, wantErr: "NoSuchGate"},
 		// Upstream's binary accepts kube-apiserver's gates (README, Flags).

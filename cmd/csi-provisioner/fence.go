@@ -45,9 +45,11 @@ type fence struct {
 }
 
 // newFence returns a fence for Leases of leaseDuration; lost is called,
-// once, from the goroutine that noticed the loss.
+// once, from the goroutine that noticed the loss. The Lease records its
+// duration in whole seconds (client-go truncates), and the other replicas
+// go by that record: so does the fence.
 func newFence(leaseDuration time.Duration, lost func(reason string)) *fence {
-	return &fence{leaseDuration: leaseDuration, now: time.Now, lost: lost}
+	return &fence{leaseDuration: leaseDuration.Truncate(time.Second), now: time.Now, lost: lost}
 }
 
 // allow returns nil while this process holds the Lease by the local clock,
@@ -143,7 +145,9 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 	default:
-		if !strings.HasPrefix(req.URL.Path, "/apis/authorization.k8s.io/") {
+		// Contains, not HasPrefix: a kubeconfig server URL may carry a
+		// path (a proxy such as Rancher's, kubectl proxy --api-prefix).
+		if !strings.Contains(req.URL.Path, "/apis/authorization.k8s.io/") {
 			if err := t.fence.allow(); err != nil {
 				return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, err)
 			}

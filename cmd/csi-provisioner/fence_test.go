@@ -3,14 +3,18 @@ package main
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 )
 
 // TestFence drives the fence through the election client's Lease calls
@@ -116,4 +120,43 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestFenceAccessReviewBehindAPath: access reviews go through the fence
+// before this process leads, also when the kubeconfig's server URL has a
+// path (a proxy such as Rancher's): the start-up checks would otherwise
+// fail, or skip, on such clusters.
+func TestFenceAccessReviewBehindAPath(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","status":{"allowed":true}}`))
+	}))
+	defer srv.Close()
+	for _, host := range []string{srv.URL, srv.URL + "/k8s/clusters/c-abc12"} {
+		cfg := &rest.Config{Host: host}
+		cfg.Wrap(newFence(15*time.Second, func(string) {}).wrap)
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := allowed(t.Context(), client, authv1.ResourceAttributes{Verb: "list", Resource: "volumesnapshots", Group: "snapshot.storage.k8s.io"})
+		if err != nil || !ok {
+			t.Errorf("server %s: allowed = %v, %v; want true (the fence lets access reviews through)", host, ok, err)
+		}
+	}
+}
+
+// TestFenceLeaseDurationWholeSeconds: the Lease records its duration in
+// whole seconds, and the other replicas take it over after that record:
+// the fence stops writes by the same measure, not the flag's fraction.
+func TestFenceLeaseDurationWholeSeconds(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := newFence(1900*time.Millisecond, func(string) {})
+	f.now = func() time.Time { return now }
+	me := "me"
+	f.wrote(now, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &me}})
+	now = now.Add(1500 * time.Millisecond) // the recorded 1s has passed
+	if err := f.allow(); !errors.Is(err, errFenced) {
+		t.Errorf("allow = %v 1.5s after the renewal of a Lease that records 1s, want errFenced", err)
+	}
 }
