@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
@@ -112,6 +113,15 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	defer func() { _ = driver.Close() }()
 	driverName := driver.Capabilities().DriverName
 	health.add("csi-driver", func(ctx context.Context) error { return driver.Probe(ctx) })
+	// Not ready during the start-up checks below (each retried for minutes
+	// while the API server fails): a rolling update must not move on.
+	var startedUp atomic.Bool
+	health.add("start-up", func(context.Context) error {
+		if !startedUp.Load() {
+			return errors.New("start-up checks under way")
+		}
+		return nil
+	})
 	node, err := nodeDeployment(ctx, cfg, driver)
 	if err != nil {
 		return err
@@ -220,6 +230,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 			return fmt.Errorf("create the leader election client: %w", err)
 		}
 	}
+	startedUp.Store(true)
 	logger.Info("Running", "driver", driverName, "binder", cfg.EnableBinder, "leaderElection", cfg.LeaderElection)
 	if cfg.LeaderElection {
 		return runWithLeaderElection(ctx, cfg, electionClient{Interface: leClient, fence: leaseFence}, driverName, srv, run, finish)
@@ -486,7 +497,14 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 	namespace, name := leaseNamespace(cfg.LeaderElectionNamespace), leaseName(driverName)
 	// Until it leads, the process says at level 0 who does.
 	becameLeader := make(chan struct{})
-	go reportStandby(ctx, leClient.CoordinationV1().Leases(namespace), namespace, name, becameLeader,
+	// The standby's reads do not go to the fence: one answered before this
+	// process's own acquisition but seen after it would name the old
+	// holder, and the fence would end the new leader.
+	standbyClient := leClient
+	if ec, ok := leClient.(electionClient); ok {
+		standbyClient = ec.Interface
+	}
+	go reportStandby(ctx, standbyClient.CoordinationV1().Leases(namespace), namespace, name, becameLeader,
 		cfg.LeaderElectionLeaseDuration, standbyCheckEvery, standbyLogEvery)
 	lead := func(leaderCtx context.Context) {
 		mu.Lock()

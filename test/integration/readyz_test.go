@@ -1,0 +1,83 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kube-storage/csi-provisioner/internal/controlplane"
+	"github.com/kube-storage/csi-provisioner/internal/e2e"
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+)
+
+// TestReadyzDuringStartUp: while the sidecar's start-up checks wait for
+// the API server (here its access reviews answered 503, which it retries),
+// /readyz answers 503 naming them, although the driver is connected; once
+// they pass, 200. A pod that said Ready before its checks were done let a
+// rolling update move on while it could not work yet, and might still exit.
+func TestReadyzDuringStartUp(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	e := newEnv(t, cp)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	_, kubeconfig := startFaultProxy(t, cp, 1, func(r *http.Request, _ bool, _ *rand.Rand) fault {
+		if refuse.Load() && strings.Contains(r.URL.Path, "/apis/authorization.k8s.io/") {
+			return fault503
+		}
+		return faultNone
+	})
+	bins, err := e2e.Build(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	driver, err := e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{Dir: dir, Name: e.driver, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = driver.Stop(5 * time.Second) })
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "127.0.0.1:" + strconv.Itoa(port)
+	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
+		Kubeconfig: kubeconfig, Socket: driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"), Args: []string{"--http-endpoint=" + endpoint},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar.StopAtCleanup(t, driver)
+	readyz := func(ctx context.Context) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/readyz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "" // not listening yet
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if err := sidecar.WaitLog(t.Context(), "Start-up read failed; trying again"); err != nil {
+		t.Fatal(err)
+	}
+	code, body := readyz(t.Context())
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "start-up: start-up checks under way") || strings.Contains(body, "csi-driver") {
+		t.Errorf("/readyz during the start-up checks, with the driver connected = %d %q; want 503 naming only the start-up checks", code, body)
+	}
+	refuse.Store(false)
+	testutil.Eventually(t, 0, "/readyz not ready once the start-up checks passed", func(ctx context.Context) (bool, error) {
+		code, _ := readyz(ctx)
+		return code == http.StatusOK, nil
+	})
+}
