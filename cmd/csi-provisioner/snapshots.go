@@ -21,7 +21,8 @@ import (
 // does not restore snapshots (no CREATE_DELETE_SNAPSHOT), the API server
 // does not serve snapshot.storage.k8s.io/v1 volumesnapshots, or the
 // sidecar may not list and watch them (upstream's ClusterRole grants both;
-// these are checked once, here, with a log line when one is missing).
+// these are checked once, here, with a log line when one is missing or
+// cannot be checked).
 // Without it restores work the same, but a claim that waits for its
 // snapshot is retried with the library's backoff, and the orphan sweep
 // lists the snapshots. The caller runs the informer.
@@ -43,7 +44,9 @@ func snapshotInformer(ctx context.Context, caps csiclient.Capabilities, client k
 	for _, verb := range []string{"list", "watch"} {
 		ok, err := allowed(ctx, client, authv1.ResourceAttributes{Group: gv.Group, Resource: resource, Verb: verb})
 		if err != nil {
-			return nil, err
+			// The cache is optional: without it restores still work.
+			logger.Info("Could not check whether the sidecar may "+verb+" VolumeSnapshots: restores wait for their snapshots with the library's backoff", "err", err)
+			return nil, nil
 		}
 		if !ok {
 			logger.Info("The sidecar may not "+verb+" VolumeSnapshots (upstream's ClusterRole allows it): restores wait for their snapshots with the library's backoff",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,7 +57,7 @@ func transient(err error) bool {
 		apierrors.IsServerTimeout(err), apierrors.IsTimeout(err):
 		return true
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err), utilnet.IsProbableEOF(err),
-		errors.Is(err, io.ErrUnexpectedEOF):
+		utilnet.IsHTTP2ConnectionLost(err), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF):
 		return true
 	}
 	var netErr net.Error

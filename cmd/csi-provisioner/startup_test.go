@@ -39,6 +39,11 @@ func TestRetryTransient(t *testing.T) {
 		{name: "connection refused, wrapped, then answered",
 			errs:      []error{fmt.Errorf("discover: %w", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED})},
 			wantCalls: 2},
+		// A connection the server or a proxy dropped under a POST (an
+		// access review): client-go retries neither.
+		{name: "HTTP/2 connection lost, broken pipe, then answered",
+			errs:      []error{errors.New(`Post "https://k8s/apis": http2: client connection lost`), fmt.Errorf("post: %w", &net.OpError{Op: "write", Err: syscall.EPIPE})},
+			wantCalls: 3},
 		{name: "forbidden is not retried", errs: []error{apierrors.NewForbidden(gr, "", errors.New("no"))}, wantCalls: 1, wantErr: apierrors.NewForbidden(gr, "", errors.New("no"))},
 		{name: "not found is not retried", errs: []error{apierrors.NewNotFound(gr, "")}, wantCalls: 1, wantErr: apierrors.NewNotFound(gr, "")},
 		// What discovery returns for a group the API server does not serve:
