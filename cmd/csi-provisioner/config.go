@@ -339,18 +339,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--retry-interval-start (%s) must be positive and at most --retry-interval-max (%s)", c.RetryIntervalStart, c.RetryIntervalMax)
 	case !validRate(c.KubeAPIQPS, c.KubeAPIBurst):
 		return fmt.Errorf("--kube-api-qps (%v) must be positive, with --kube-api-burst (%d) at least 1, or negative for no client-side limit", c.KubeAPIQPS, c.KubeAPIBurst)
-	case c.LeaderElection && (c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
-		c.LeaderElectionRenewDeadline <= time.Duration(clientleaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod))):
-		// client-go's own checks, which would otherwise panic after start.
-		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
-			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
-	case c.LeaderElection && c.LeaderElectionLeaseDuration < time.Second:
-		// The Lease records whole seconds: 0 would make it expired for
-		// every replica at once.
-		return fmt.Errorf("--leader-election-lease-duration %s is under one second, which the Lease records as 0", c.LeaderElectionLeaseDuration)
-	case c.LeaderElection && c.LeaderElectionNamespace != "" && len(validation.IsDNS1123Label(c.LeaderElectionNamespace)) > 0:
-		// Upstream retries creating the Lease there for ever.
-		return fmt.Errorf("--leader-election-namespace %q is no namespace name: %s", c.LeaderElectionNamespace, strings.Join(validation.IsDNS1123Label(c.LeaderElectionNamespace), "; "))
+	}
+	if err := c.validateLeaderElection(); err != nil {
+		return err
 	}
 	if err := provisioner.CheckVolumeNamePrefix(c.VolumeNamePrefix, c.VolumeNameUUIDLength); err != nil {
 		return fmt.Errorf("--volume-name-prefix: %w", err)
@@ -369,6 +360,27 @@ func (c *Config) Validate() error {
 	}
 	if err := logsapi.ValidateAndApply(c.Logging, c.loggingGates); err != nil {
 		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
+}
+
+// validateLeaderElection checks the leader election flags, when it is on.
+func (c *Config) validateLeaderElection() error {
+	switch {
+	case !c.LeaderElection:
+		return nil
+	case c.LeaderElectionRetryPeriod <= 0 || c.LeaderElectionLeaseDuration <= c.LeaderElectionRenewDeadline ||
+		c.LeaderElectionRenewDeadline <= time.Duration(clientleaderelection.JitterFactor*float64(c.LeaderElectionRetryPeriod)):
+		// client-go's own checks, which would otherwise panic after start.
+		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s) > 0",
+			c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod)
+	case c.LeaderElectionLeaseDuration < time.Second:
+		// The Lease records whole seconds: 0 would make it expired for
+		// every replica at once.
+		return fmt.Errorf("--leader-election-lease-duration %s is under one second, which the Lease records as 0", c.LeaderElectionLeaseDuration)
+	case c.LeaderElectionNamespace != "" && len(validation.IsDNS1123Label(c.LeaderElectionNamespace)) > 0:
+		// Upstream retries creating the Lease there for ever.
+		return fmt.Errorf("--leader-election-namespace %q is no namespace name: %s", c.LeaderElectionNamespace, strings.Join(validation.IsDNS1123Label(c.LeaderElectionNamespace), "; "))
 	}
 	return nil
 }

@@ -294,7 +294,7 @@ func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolum
 		// The cleanup's error is text only (%v, as upstream): its gRPC code
 		// is not the provisioning's, and the library takes an error with
 		// INVALID_ARGUMENT for infeasible (final, slow retry).
-		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %v", reason, pl.req.GetName(), err)
+		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w. Cleanup of volume %s failed, volume is orphaned: %v", reason, pl.req.GetName(), err) //nolint:errorlint // the cleanup's code must not be the provisioning's (above)
 	}
 	logger.V(2).Info("Deleted a created volume that cannot be used", "volumeID", vol.GetVolumeId(), "reason", reason)
 	p.forgetHandle(vol.GetVolumeId(), pl.req.GetName())

@@ -108,7 +108,9 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.c.CoreV1().Namespaces().Delete(context.Background(), otherNS.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = s.c.CoreV1().Namespaces().Delete(context.Background(), otherNS.Name, metav1.DeleteOptions{})
+	})
 	ungranted := crossNamespace(testutil.NewPVC(otherNS.Name, "pin").Class(sc.Name).Size("1Gi").DataSource(nil, "PersistentVolumeClaim", src.Name), srcNS.Name).RV("").Obj()
 	if ungranted, err = s.c.CoreV1().PersistentVolumeClaims(otherNS.Name).Create(ctx, ungranted, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
