@@ -63,9 +63,9 @@ func (c *Controller) onCSINodeUpdate(oldObj, newObj any) {
 }
 
 // onObject handles an added or updated CSIStorageCapacity: it ends the
-// record of an object this controller wrote once this version arrives,
-// queues the object when it is
-// obsolete, and queues its item when the item has more than one object.
+// record of an object this controller wrote once that version arrives,
+// queues the object when it is obsolete, and queues its item when the item
+// has more than one object.
 func (c *Controller) onObject(obj any) {
 	csc, ok := obj.(*storagev1.CSIStorageCapacity)
 	if !ok {
