@@ -42,10 +42,11 @@ func resourceName(attrs authv1.ResourceAttributes) string {
 	return name
 }
 
-// binderAccess is what the binder does beyond upstream's ClusterRole:
-// it watches pods (a WaitForFirstConsumer claim waits for its pod), binds
-// and releases volumes and writes both objects' phases. Without any of
-// them it would wait for a cache that never syncs, or fail every bind.
+// binderAccess is what the binder needs besides the provisioner's reads,
+// all of it but the claims update beyond upstream's ClusterRole: it
+// watches pods (a WaitForFirstConsumer claim waits for its pod), binds and
+// releases volumes and writes both objects' phases. Without any of them it
+// would wait for a cache that never syncs, or fail every bind.
 var binderAccess = []authv1.ResourceAttributes{
 	{Verb: "list", Resource: "pods"},
 	{Verb: "watch", Resource: "pods"},
