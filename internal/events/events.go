@@ -67,6 +67,11 @@ type entry struct {
 	at                         time.Time // when it was forwarded
 }
 
+// is reports whether e is the event with this type, reason and message.
+func (e *entry) is(eventtype, reason, message string) bool {
+	return e.eventtype == eventtype && e.reason == reason && e.message == message
+}
+
 var _ record.EventRecorder = (*Deduplicator)(nil)
 
 // NewDeduplicator returns a recorder that forwards to next the events that
@@ -133,7 +138,7 @@ func (d *Deduplicator) Repeats(object runtime.Object, eventtype, reason, message
 		return false
 	}
 	e := el.Value.(*entry)
-	return e.eventtype == eventtype && e.reason == reason && e.message == message && now.Sub(e.at) < RefreshInterval
+	return e.is(eventtype, reason, message) && now.Sub(e.at) < RefreshInterval
 }
 
 // Note remembers the event as the last one for object, as if it had been
@@ -171,7 +176,7 @@ func (d *Deduplicator) Unwritten(event *corev1.Event) {
 	if !ok {
 		return
 	}
-	if e := el.Value.(*entry); e.eventtype == event.Type && e.reason == event.Reason && e.message == event.Message {
+	if e := el.Value.(*entry); e.is(event.Type, event.Reason, event.Message) {
 		d.order.Remove(el)
 		delete(d.byKey, key)
 	}
@@ -195,7 +200,7 @@ func (d *Deduplicator) admit(object runtime.Object, eventtype, reason, message s
 	if el, ok := d.byKey[key]; ok {
 		e := el.Value.(*entry)
 		d.order.MoveToFront(el)
-		if e.eventtype == eventtype && e.reason == reason && e.message == message && now.Sub(e.at) < RefreshInterval {
+		if e.is(eventtype, reason, message) && now.Sub(e.at) < RefreshInterval {
 			return false
 		}
 		e.eventtype, e.reason, e.message, e.at = eventtype, reason, message, now
