@@ -236,6 +236,11 @@ func sourceRefOf(claim *corev1.PersistentVolumeClaim) (sourceRef, bool) {
 	return r, true
 }
 
+// grantRef is the reference a ReferenceGrant must allow for r.
+func (r sourceRef) grantRef() refgrant.Reference {
+	return refgrant.Reference{Namespace: r.namespace, Group: r.group, Kind: r.kind, Name: r.name}
+}
+
 // sourceKey returns the key (namespace/name) of claim's data source when
 // it is of kind, "" otherwise: one of the claim's namespace or, under the
 // CrossNamespaceVolumeDataSource feature, of any namespace through its
@@ -270,7 +275,7 @@ func (p *Provisioner) keepsSourceOf(claim *corev1.PersistentVolumeClaim) bool {
 	if p.cfg.grants == nil {
 		return false
 	}
-	allowed, err := p.cfg.grants.Allows(claim.Namespace, refgrant.Reference{Namespace: ref.namespace, Group: ref.group, Kind: ref.kind, Name: ref.name})
+	allowed, err := p.cfg.grants.Allows(claim.Namespace, ref.grantRef())
 	return err != nil || allowed
 }
 
@@ -324,7 +329,7 @@ func (p *Provisioner) checkGrant(claim *corev1.PersistentVolumeClaim, ref source
 	if p.cfg.grants == nil {
 		return errors.New("dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled")
 	}
-	allowed, err := p.cfg.grants.Allows(claim.Namespace, refgrant.Reference{Namespace: ref.namespace, Group: ref.group, Kind: ref.kind, Name: ref.name})
+	allowed, err := p.cfg.grants.Allows(claim.Namespace, ref.grantRef())
 	if err != nil {
 		return err
 	}
