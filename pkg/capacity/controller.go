@@ -663,18 +663,20 @@ func (c *Controller) rememberCreated(key string, obj *storagev1.CSIStorageCapaci
 	if slices.Contains(deleted, obj.Name) {
 		return false
 	}
-	if cached, err := c.objLister.Get(obj.Name); err == nil && cached.ResourceVersion == obj.ResourceVersion {
-		return true
-	}
-	c.written[key] = obj
+	c.rememberWrittenLocked(key, obj)
 	return true
 }
 
-// rememberUpdated records obj, just updated, for the item with key, unless
-// the informer already has that version.
+// rememberUpdated records obj, just updated, for the item with key.
 func (c *Controller) rememberUpdated(key string, obj *storagev1.CSIStorageCapacity) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.rememberWrittenLocked(key, obj)
+}
+
+// rememberWrittenLocked records obj, just written, for the item with key,
+// unless the informer already has that version.
+func (c *Controller) rememberWrittenLocked(key string, obj *storagev1.CSIStorageCapacity) {
 	if cached, err := c.objLister.Get(obj.Name); err == nil && cached.ResourceVersion == obj.ResourceVersion {
 		c.forgetWrittenLocked(key, obj.Name)
 		return
