@@ -233,7 +233,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 	startedUp.Store(true)
 	logger.Info("Running", "driver", driverName, "binder", cfg.EnableBinder, "leaderElection", cfg.LeaderElection)
 	if cfg.LeaderElection {
-		return runWithLeaderElection(ctx, cfg, electionClient{Interface: leClient, fence: leaseFence}, driverName, srv, run, finish)
+		return runWithLeaderElection(ctx, cfg, leClient, leaseFence, driverName, srv, run, finish)
 	}
 	run(ctx)
 	logger.Info("Stopped")
@@ -463,16 +463,17 @@ func newRecorder(b record.EventBroadcaster, component string, unwritten *unwritt
 // after the driver (upstream's name, through csi-lib-utils). The identity is
 // the host name plus a unique suffix, so that two replicas on one host (or
 // a restarted process) never mistake each other's lease for their own.
-// Losing the lease ends the process, as upstream; leClient's Lease calls
-// also go to the fence of the other clients, which ends it at once when a
-// paused leader resumes after its Lease ran out (see fence).
+// Losing the lease ends the process, as upstream; the election's Lease
+// calls (on leClient) also go to leaseFence, the fence of the other
+// clients, which ends it at once when a paused leader resumes after its
+// Lease ran out (see fence).
 //
 // When ctx ends (SIGTERM), the leader stops run's controllers, runs finish
 // (the queued events are written) and only then ends the election, which
 // releases the Lease with ReleaseLeaderElectionOnExit; a process that does
 // not lead ends it at once. csi-lib-utils then exits the process with
 // status 1, as upstream's does: this function returns only on an error.
-func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes.Interface, driverName string, srv *httpServer, run func(context.Context), finish func()) error {
+func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes.Interface, leaseFence *fence, driverName string, srv *httpServer, run func(context.Context), finish func()) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return fmt.Errorf("leader election identity: %w", err)
@@ -497,14 +498,10 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 	namespace, name := leaseNamespace(cfg.LeaderElectionNamespace), leaseName(driverName)
 	// Until it leads, the process says at level 0 who does.
 	becameLeader := make(chan struct{})
-	// The standby's reads do not go to the fence: one answered before this
-	// process's own acquisition but seen after it would name the old
-	// holder, and the fence would end the new leader.
-	standbyClient := leClient
-	if ec, ok := leClient.(electionClient); ok {
-		standbyClient = ec.Interface
-	}
-	go reportStandby(ctx, standbyClient.CoordinationV1().Leases(namespace), namespace, name, becameLeader,
+	// The standby's reads use leClient, not the election's fenced client:
+	// one answered before this process's own acquisition but seen after
+	// it would name the old holder, and the fence would end the new leader.
+	go reportStandby(ctx, leClient.CoordinationV1().Leases(namespace), namespace, name, becameLeader,
 		cfg.LeaderElectionLeaseDuration, standbyCheckEvery, standbyLogEvery)
 	lead := func(leaderCtx context.Context) {
 		mu.Lock()
@@ -522,7 +519,7 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 			endElection()
 		}
 	}
-	le := leaderelection.NewLeaderElection(leClient, name, lead)
+	le := leaderelection.NewLeaderElection(electionClient{Interface: leClient, fence: leaseFence}, name, lead)
 	le.WithIdentity(host + "_" + string(uuid.NewUUID()))
 	if cfg.HTTPEndpoint != "" {
 		le.PrepareHealthCheck(srv.mux, leaderelection.DefaultHealthCheckTimeout)
