@@ -216,7 +216,7 @@ func copyTree(src, dst string) error {
 // applies the umask), through its open descriptor: Root.Chmod would follow
 // a link that replaced it meanwhile.
 func chmodIn(root *os.Root, rel string, perm fs.FileMode) error {
-	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	d, err := openDirIn(root, rel)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func chmodIn(root *os.Root, rel string, perm fs.FileMode) error {
 
 // syncDirIn fsyncs the directory rel of root.
 func syncDirIn(root *os.Root, rel string) error {
-	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	d, err := openDirIn(root, rel)
 	if err != nil {
 		return fmt.Errorf("open directory: %w", err)
 	}
@@ -235,6 +235,11 @@ func syncDirIn(root *os.Root, rel string) error {
 		return fmt.Errorf("fsync directory: %w", err)
 	}
 	return nil
+}
+
+// openDirIn opens the directory rel of root, not following a link there.
+func openDirIn(root *os.Root, rel string) (*os.File, error) {
+	return root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 }
 
 // syncDir fsyncs a directory so that an entry created in it is durable.
