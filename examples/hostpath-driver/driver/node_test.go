@@ -224,19 +224,28 @@ func TestNodePublishDir(t *testing.T) {
 	}
 }
 
+// mountVolumeToPublish returns the configuration of a dir backend (for a
+// second driver on the same root), a driver on it with a mount volume (id)
+// and a publish target that does not exist yet. It skips the test where
+// bind mounts are not permitted.
+func mountVolumeToPublish(t *testing.T) (root func(*Config), d *Driver, id, target string) {
+	t.Helper()
+	if err := backend.CheckBindMount(t.TempDir()); err != nil {
+		t.Skipf("cannot bind mount here: %v", err)
+	}
+	root = dirBackend(t)
+	d = newTestDriver(t, root)
+	id = mustCreate(t, d, createReq("mount", gi)).GetVolumeId()
+	return root, d, id, filepath.Join(t.TempDir(), "target")
+}
+
 // TestNodeUnpublishAfterCrash covers a driver killed after NodePublish
 // bind-mounted the volume but before it saved the publication. The
 // restarted driver does not know the target; the CO's NodeUnpublish must
 // still unmount and remove it, or the mount leaks and the CO cannot clean
 // up the target. It needs root or CAP_SYS_ADMIN and skips itself otherwise.
 func TestNodeUnpublishAfterCrash(t *testing.T) {
-	if err := backend.CheckBindMount(t.TempDir()); err != nil {
-		t.Skipf("cannot bind mount here: %v", err)
-	}
-	root := dirBackend(t)
-	first := newTestDriver(t, root)
-	id := mustCreate(t, first, createReq("mount", gi)).GetVolumeId()
-	target := filepath.Join(t.TempDir(), "target")
+	root, first, id, target := mountVolumeToPublish(t)
 	first.mu.Lock()
 	err := first.backend.Publish(first.st.Volumes[id], target, false) // the mount, then the crash
 	first.mu.Unlock()
@@ -266,13 +275,7 @@ func TestNodeUnpublishAfterCrash(t *testing.T) {
 // NodeUnpublishVolume fail ("directory not empty") for ever. It needs root
 // or CAP_SYS_ADMIN and skips itself otherwise.
 func TestNodePublishAfterRestart(t *testing.T) {
-	if err := backend.CheckBindMount(t.TempDir()); err != nil {
-		t.Skipf("cannot bind mount here: %v", err)
-	}
-	root := dirBackend(t)
-	first := newTestDriver(t, root)
-	id := mustCreate(t, first, createReq("mount", gi)).GetVolumeId()
-	target := filepath.Join(t.TempDir(), "target")
+	root, first, id, target := mountVolumeToPublish(t)
 	req := &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: target, VolumeCapability: mountCap(rwo)}
 	if _, err := first.NodePublishVolume(t.Context(), req); err != nil {
 		t.Fatal(err)
