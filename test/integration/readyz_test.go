@@ -5,15 +5,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kube-storage/csi-provisioner/internal/controlplane"
-	"github.com/kube-storage/csi-provisioner/internal/e2e"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -33,28 +30,12 @@ func TestReadyzDuringStartUp(t *testing.T) {
 		}
 		return faultNone
 	})
-	bins, err := e2e.Build(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	driver, err := e2e.StartDriver(t.Context(), bins.Driver, e2e.DriverConfig{Dir: dir, Name: e.driver, Memory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = driver.Stop(5 * time.Second) })
 	port, err := controlplane.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	endpoint := "127.0.0.1:" + strconv.Itoa(port)
-	sidecar, err := e2e.StartSidecar(bins.Sidecar, e2e.SidecarConfig{
-		Kubeconfig: kubeconfig, Socket: driver.Socket, LogPath: filepath.Join(dir, "sidecar.log"), Args: []string{"--http-endpoint=" + endpoint},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sidecar.StopAtCleanup(t, driver)
+	s := e.startStackWith(stackConfig{kubeconfig: kubeconfig, sidecarArgs: []string{"--http-endpoint=" + endpoint}, noWait: true})
 	readyz := func(ctx context.Context) (int, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/readyz", nil)
 		if err != nil {
@@ -68,7 +49,7 @@ func TestReadyzDuringStartUp(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if err := sidecar.WaitLog(t.Context(), "Start-up read failed; trying again"); err != nil {
+	if err := s.sidecar.WaitLog(t.Context(), "Start-up read failed; trying again"); err != nil {
 		t.Fatal(err)
 	}
 	code, body := readyz(t.Context())

@@ -49,6 +49,9 @@ type stackConfig struct {
 	// kubeconfig, if set, replaces the control plane's admin kubeconfig
 	// (for a sidecar that reaches kube-apiserver through a proxy).
 	kubeconfig string
+	// noWait returns once the sidecar runs, without waiting for its
+	// provisioning controller to start (for a test of its start-up).
+	noWait bool
 }
 
 // startStackWith starts the stack described by cfg; see startStack.
@@ -84,6 +87,9 @@ func (e *env) startStackWith(cfg stackConfig) *stack {
 		e.t.Fatal(err)
 	}
 	s.sidecar.StopAtCleanup(e.t, s.driver)
+	if cfg.noWait {
+		return s
+	}
 	if err := s.sidecar.WaitLog(ctx, "Started provisioner controller"); err != nil {
 		e.t.Fatal(err)
 	}
