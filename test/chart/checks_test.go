@@ -42,6 +42,23 @@ var wantClusterRules = []rbacv1.PolicyRule{
 	rule("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
 }
 
+// wantBinderOffClusterRules are wantClusterRules without the binder's
+// permissions (update of PVs, of their status and of claims' status; pods),
+// as the chart renders them with the binder off or in node deployment.
+var wantBinderOffClusterRules = []rbacv1.PolicyRule{
+	rule("", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
+	rule("", "persistentvolumeclaims", "get", "list", "watch", "update"),
+	rule("storage.k8s.io", "storageclasses", "get", "list", "watch"),
+	rule("", "events", "list", "watch", "create", "update", "patch"),
+	rule("storage.k8s.io", "csinodes", "get", "list", "watch"),
+	rule("", "nodes", "get", "list", "watch"),
+	rule("storage.k8s.io", "volumeattachments", "get", "list", "watch"),
+	rule("storage.k8s.io", "volumeattributesclasses", "get"),
+	rule("", "secrets", "get"),
+	rule("snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "watch", "update"),
+	rule("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
+}
+
 // wantLeaseRules are the namespaced permissions: leader election's Lease.
 var wantLeaseRules = []rbacv1.PolicyRule{
 	rule("coordination.k8s.io", "leases", "get", "watch", "list", "update", "create"),
@@ -95,12 +112,13 @@ func container(t *testing.T, d *appsv1.Deployment, name string) corev1.Container
 }
 
 // flagCount counts the args that set flag (-flag or --flag, with =value or
-// alone).
+// alone, or for a one-letter flag -v5).
 func flagCount(args []string, flag string) int {
 	n := 0
 	for _, a := range args {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && name == flag {
+		attached := len(flag) == 1 && strings.HasPrefix(a, "-"+flag) && strings.Trim(a[2:], "0123456789") == "" && len(a) > 2
+		if strings.HasPrefix(a, "-") && (name == flag || attached) {
 			n++
 		}
 	}

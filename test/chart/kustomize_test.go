@@ -50,7 +50,7 @@ func TestKustomize(t *testing.T) {
 	if sc.Image != "ghcr.io/kube-storage/csi-provisioner:"+appVersion || drv.Image != "ghcr.io/kube-storage/hostpath-driver:"+appVersion {
 		t.Errorf("images %s and %s, want tag %s (the chart's appVersion)", sc.Image, drv.Image, appVersion)
 	}
-	if want := []string{"--csi-address=$(ADDRESS)", "--v=2", "--leader-election", "--http-endpoint=:8080", "--timeout=60s"}; !slices.Equal(sc.Args, want) {
+	if want := []string{"--csi-address=$(ADDRESS)", "--v=2", "--leader-election", "--feature-gates=ReleaseLeaderElectionOnExit=true", "--http-endpoint=:8080", "--timeout=60s"}; !slices.Equal(sc.Args, want) {
 		t.Errorf("sidecar args %q, want %q", sc.Args, want)
 	}
 	checkProbes(t, sc, 8080, true)

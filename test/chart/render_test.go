@@ -53,6 +53,7 @@ func TestRenderDefaults(t *testing.T) {
 		"--v=2",
 		"--leader-election=true",
 		"--leader-election-namespace=" + ns,
+		"--feature-gates=ReleaseLeaderElectionOnExit=true",
 		"--http-endpoint=:8080",
 		"--enable-binder=true",
 		"--kube-api-burst=600",
@@ -175,6 +176,7 @@ func TestRenderAllOptions(t *testing.T) {
 		"--v=4",
 		"--leader-election=true",
 		"--leader-election-namespace=" + ns,
+		"--feature-gates=ReleaseLeaderElectionOnExit=true",
 		"--leader-election-lease-duration=30s",
 		"--leader-election-renew-deadline=20s",
 		"--leader-election-retry-period=10s",
@@ -193,7 +195,6 @@ func TestRenderAllOptions(t *testing.T) {
 		"--kube-api-qps=50",
 		"--extra-create-metadata",
 		"--default-fstype=ext4",
-		"--feature-gates=ReleaseLeaderElectionOnExit=true",
 	}
 	if !slices.Equal(sc.Args, wantArgs) {
 		t.Errorf("sidecar args:\n got  %q\n want %q", sc.Args, wantArgs)
@@ -364,9 +365,10 @@ func TestAdditionalArgsReplaceDefaults(t *testing.T) {
 		{"single dash", `["-worker-threads=7"]`, []string{"worker-threads"}},
 		{"separate value", `["--kube-api-qps", "7"]`, []string{"kube-api-qps"}},
 		{"verbosity", `["-v=5"]`, []string{"v"}},
+		{"verbosity attached", `["-v5"]`, []string{"v"}},
 		{"all", `["--timeout=1s", "--worker-threads=1", "--kube-api-qps=1", "--kube-api-burst=1", "--v=0"]`,
 			[]string{"timeout", "worker-threads", "kube-api-qps", "kube-api-burst", "v"}},
-		{"longer flag with the same prefix", `["--timeouts-are-not-timeout=1", "--vv"]`, nil},
+		{"longer flag with the same prefix", `["--timeouts-are-not-timeout=1", "--vv", "-vmodule=x=2"]`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := mustHelmTemplate(t, "csi", "default", "--set-json", "sidecar.additionalArgs="+tc.additional)
@@ -454,11 +456,12 @@ func TestRenderToggles(t *testing.T) {
 					t.Errorf("args %q lack %s", sc.Args, a)
 				}
 			}
-			for _, f := range []string{"leader-election-namespace", "binder-resync-period"} {
+			for _, f := range []string{"leader-election-namespace", "binder-resync-period", "feature-gates"} {
 				if flagCount(sc.Args, f) != 0 {
 					t.Errorf("args %q have --%s", sc.Args, f)
 				}
 			}
+			checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, wantBinderOffClusterRules)
 			checkProbes(t, sc, 8080, false)
 			// Nothing to elect: no Lease rules, so no Role at all.
 			if ids := append(m.find("Role"), m.find("RoleBinding")...); len(ids) != 0 {
@@ -485,9 +488,12 @@ func TestRenderToggles(t *testing.T) {
 					t.Errorf("args %q lack %s", sc.Args, a)
 				}
 			}
-			if flagCount(sc.Args, "leader-election-namespace") != 0 {
-				t.Errorf("args %q have --leader-election-namespace", sc.Args)
+			for _, f := range []string{"leader-election-namespace", "feature-gates"} {
+				if flagCount(sc.Args, f) != 0 {
+					t.Errorf("args %q have --%s", sc.Args, f)
+				}
 			}
+			checkRules(t, "ClusterRole", typed[rbacv1.ClusterRole](t, m.one(t, "ClusterRole")).Rules, wantBinderOffClusterRules)
 			if e, ok := envValue(sc, "NODE_NAME"); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 				t.Errorf("sidecar NODE_NAME = %+v, want the pod's spec.nodeName", e)
 			}

@@ -71,10 +71,12 @@ IMAGE "root" $); the tag defaults to the chart's appVersion.
 
 {{/*
 csi-provisioner.hasArg: "true" when the list .args has the flag .flag, as
--flag or --flag, alone or with a value (=v or a following word); else "".
+-flag or --flag, alone or with a value (=v or a following word), or, for a
+one-letter flag (-v), with a number attached (-v5); else "".
 */}}
 {{- define "csi-provisioner.hasArg" -}}
-{{- if regexMatch (printf "(^| )--?%s(=| |$)" (regexQuoteMeta .flag)) (join " " .args) -}}true{{- end -}}
+{{- $attached := ternary (printf "|(^| )-%s[0-9]" (regexQuoteMeta .flag)) "" (eq (len .flag) 1) -}}
+{{- if regexMatch (printf "(^| )--?%s(=| |$)%s" (regexQuoteMeta .flag) $attached) (join " " .args) -}}true{{- end -}}
 {{- end -}}
 
 {{/*
