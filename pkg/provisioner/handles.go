@@ -68,11 +68,11 @@ func (p *Provisioner) trackHandles() error {
 		UpdateFunc: func(old, cur any) {
 			// The volume source of a PV is immutable; a handle changes
 			// only with a delete and re-create under the same name.
-			if p.driverHandle(old) != p.driverHandle(cur) {
+			if handle := p.driverHandle(cur); p.driverHandle(old) != handle {
 				p.countHandle(old, -1)
 				p.countHandle(cur, 1)
-			} else {
-				p.handles.seen(cur)
+			} else if handle != "" {
+				p.handles.seen(handle, cur.(*corev1.PersistentVolume).Name)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -90,12 +90,18 @@ func (p *Provisioner) trackHandles() error {
 }
 
 // driverHandle is the volume handle of obj, a PV of this driver, or "".
+// With --migrated-in-tree an in-tree PV of the migrated plugin records a
+// volume of this driver too: its handle is the one Delete would send.
 func (p *Provisioner) driverHandle(obj any) string {
 	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.name {
+	if !ok {
 		return ""
 	}
-	return pv.Spec.CSI.VolumeHandle
+	source, err := p.csiVolume(klog.Background(), pv)
+	if err != nil || source == nil {
+		return ""
+	}
+	return source.VolumeHandle
 }
 
 // countHandle adds delta to the count of obj's handle, if it is a PV of
@@ -119,16 +125,12 @@ func (p *Provisioner) countHandle(obj any, delta int32) {
 	}
 }
 
-// seen drops the pending record of obj's handle once the informer shows
-// the PV it was recorded for.
-func (r *handleRecords) seen(obj any) {
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Spec.CSI == nil {
-		return
-	}
+// seen drops the pending record of handle once the informer shows the PV
+// pvName it was recorded for.
+func (r *handleRecords) seen(handle, pvName string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seenLocked(pv.Spec.CSI.VolumeHandle, pv.Name)
+	r.seenLocked(handle, pvName)
 }
 
 func (r *handleRecords) seenLocked(handle, pvName string) {

@@ -175,9 +175,9 @@ func TestPendingHandle(t *testing.T) {
 	if other := h.p.claimHandle("vol-1", "pv-a"); other != "" {
 		t.Fatalf("claimHandle for pv-a = %q, want none", other)
 	}
-	// The informer showing another PV with the handle (of another driver,
-	// say) does not settle pv-a's record.
-	h.p.handles.seen(pvWithHandle("pv-x", "other.example.com", "vol-1"))
+	// The informer showing another PV with the handle does not settle
+	// pv-a's record.
+	h.p.handles.seen("vol-1", "pv-x")
 	if other := h.p.claimHandle("vol-1", "pv-b"); other != "pv-a" {
 		t.Errorf("claimHandle for pv-b = %q, want pv-a, which recorded the volume first", other)
 	}

@@ -233,3 +233,42 @@ func TestMigrationDeleteSecretFromInTreeClass(t *testing.T) {
 		t.Errorf("DeleteVolume secrets %v, want the translated class's provisioner secret kube-system/px-token", got)
 	}
 }
+
+// TestDeleteSharedVolumeMigrated: with --migrated-in-tree, an in-tree PV of
+// the migrated plugin records a volume of this driver, so Delete of another
+// PV recording the same volume refuses while it is Bound, whichever of the
+// two is in-tree.
+func TestDeleteSharedVolumeMigrated(t *testing.T) {
+	const volumeID = "vol-0123456789abcdef0"
+	inTree := func(name string, phase corev1.PersistentVolumePhase) *corev1.PersistentVolume {
+		pv := testutil.NewPV(name, ebsDriver).NotCSI().Class("gp2").ClaimRef(testNS, "c-"+name, "uid-c-"+name).Phase(phase).
+			Annotation(storagehelpers.AnnDynamicallyProvisioned, ebsInTree).Obj()
+		pv.Spec.AWSElasticBlockStore = &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/" + volumeID}
+		return pv
+	}
+	csiPV := func(name string, phase corev1.PersistentVolumePhase) *corev1.PersistentVolume {
+		pv := testutil.NewPV(name, ebsDriver).Class("gp2").ClaimRef(testNS, "c-"+name, "uid-c-"+name).Phase(phase).Obj()
+		pv.Spec.CSI.VolumeHandle = volumeID
+		return pv
+	}
+	for _, tt := range []struct {
+		name            string
+		released, bound *corev1.PersistentVolume
+	}{
+		{"CSI released, CSI Bound", csiPV("pv-a", corev1.VolumeReleased), csiPV("pv-b", corev1.VolumeBound)},
+		{"in-tree released, in-tree Bound", inTree("pv-a", corev1.VolumeReleased), inTree("pv-b", corev1.VolumeBound)},
+		{"CSI released, in-tree Bound", csiPV("pv-a", corev1.VolumeReleased), inTree("pv-b", corev1.VolumeBound)},
+		{"in-tree released, CSI Bound", inTree("pv-a", corev1.VolumeReleased), csiPV("pv-b", corev1.VolumeBound)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, ebsCaps(), objs(tt.released, tt.bound), WithInTreeMigration(ebsInTree))
+			err := h.p.Delete(h.ctx, tt.released)
+			if calls := h.driver.deleteCalls(); len(calls) != 0 {
+				t.Fatalf("DeleteVolume(%s) sent (Delete = %v) while Bound PV %s records the same volume", calls[0].GetVolumeId(), err, tt.bound.Name)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.bound.Name) {
+				t.Fatalf("Delete = %v, want an error naming %s", err, tt.bound.Name)
+			}
+		})
+	}
+}
