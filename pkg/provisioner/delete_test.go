@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 func attachment(name, pv, node string) *storagev1.VolumeAttachment {
@@ -494,6 +496,46 @@ func TestNoPVCreateForDeletedVolume(t *testing.T) {
 			}
 			if created := slices.Contains(h.writes(), "create persistentvolumes"); created != tt.wantCreatePV {
 				t.Errorf("PV create sent = %v, want %v", created, tt.wantCreatePV)
+			}
+		})
+	}
+}
+
+// TestUnsavedVolumeExplained: the library's queue of unsaved PVs retries a
+// refused PV create for ever and only logs; the library client posts the
+// refusal as a Warning on the claim the PV records (by UID), and nothing
+// for a PV that already exists or whose claim is another.
+func TestUnsavedVolumeExplained(t *testing.T) {
+	denied := apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "pvc-uid-c",
+		errors.New(`admission webhook "pv-policy.example.com" denied the request: PersistentVolumes must carry label team`))
+	tests := []struct {
+		name      string
+		err       error
+		claimUID  string
+		wantEvent string
+	}{
+		{name: "refused", err: denied, claimUID: "uid-c",
+			wantEvent: "Warning ProvisioningFailed volume pvc-uid-c was created, but its PersistentVolume pvc-uid-c could not be saved (retried with backoff; the claim keeps finalizer " +
+				inflight.Finalizer + " until it is): persistentvolumes \"pvc-uid-c\" is forbidden: admission webhook"},
+		{name: "already exists (saved before)", err: apierrors.NewAlreadyExists(corev1.Resource("persistentvolumes"), "pvc-uid-c"), claimUID: "uid-c"},
+		{name: "claim recreated under the same name", err: denied, claimUID: "uid-old"},
+		{name: "saved", claimUID: "uid-c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim := newClaim("c").Obj()
+			h := newHarness(t, baseCaps(), objs(claim))
+			if tt.err != nil {
+				h.failOn("create", "persistentvolumes", tt.err)
+			}
+			pv := testutil.NewPV("pvc-uid-c", testDriver).ClaimRef(testNS, "c", tt.claimUID).Obj()
+			pv.Spec.CSI.VolumeHandle = "pvc-uid-c"
+			if _, err := h.p.LibraryClient(h.client).CoreV1().PersistentVolumes().Create(h.ctx, pv, metav1.CreateOptions{}); (err != nil) != (tt.err != nil) {
+				t.Fatalf("Create = %v, want %v", err, tt.err)
+			}
+			events := h.events()
+			if tt.wantEvent == "" && len(events) > 0 || tt.wantEvent != "" && (len(events) != 1 || !strings.HasPrefix(events[0], tt.wantEvent)) {
+				t.Errorf("events = %q, want %q", events, tt.wantEvent)
 			}
 		})
 	}

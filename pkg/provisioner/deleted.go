@@ -2,10 +2,12 @@ package provisioner
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kube-storage/csi-provisioner/internal/expiring"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 // libraryVolumeFinalizer is the finalizer the provisioning library puts on
@@ -67,14 +70,37 @@ func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
 //   - its create of a PV whose volume this process deleted since (see
 //     goneHandles) is not sent;
 //   - its reschedule of a claim also removes the in-flight finalizer when
-//     no CreateVolume for the claim is in flight (see libraryClaims).
+//     no CreateVolume for the claim is in flight (see libraryClaims);
+//   - a PV create that fails is explained on its claim (see unsavedVolume).
 func (p *Provisioner) LibraryClient(client kubernetes.Interface) kubernetes.Interface {
 	gone := goneCheck{handles: p.goneHandles, source: p.csiVolume}
-	return libraryClient{Interface: client, finished: p.finished, gone: gone, attempts: p.attempts, reschedules: p.reschedules}
+	return libraryClient{Interface: client, finished: p.finished, gone: gone, attempts: p.attempts, reschedules: p.reschedules, unsaved: p.unsavedVolume}
+}
+
+// unsavedVolume posts a Warning on the claim of pv, whose create failed
+// with err. The library's queue of unsaved PVs retries the create for
+// ever and only logs, so a PV the API server keeps refusing (an admission
+// webhook, a policy) would leave the claim Pending (and, deleted,
+// Terminating: its in-flight finalizer stays until a PV records the
+// volume) without a word. The deduplicating recorder posts each error
+// once.
+func (p *Provisioner) unsavedVolume(pv *corev1.PersistentVolume, err error) {
+	ref := pv.Spec.ClaimRef
+	if ref == nil || apierrors.IsAlreadyExists(err) {
+		return
+	}
+	claim, getErr := p.claims.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
+	if getErr != nil || claim.UID != ref.UID {
+		return
+	}
+	p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
+		"volume %s was created, but its PersistentVolume %s could not be saved (retried with backoff; the claim keeps finalizer %s until it is): %v",
+		p.driverHandle(pv), pv.Name, inflight.Finalizer, err))
 }
 
 type libraryClient struct {
 	kubernetes.Interface
+	unsaved     func(*corev1.PersistentVolume, error)
 	finished    *finishedDeletions
 	gone        goneCheck
 	attempts    *ledger
@@ -82,11 +108,12 @@ type libraryClient struct {
 }
 
 func (c libraryClient) CoreV1() typedcorev1.CoreV1Interface {
-	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), finished: c.finished, gone: c.gone, attempts: c.attempts, reschedules: c.reschedules}
+	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), unsaved: c.unsaved, finished: c.finished, gone: c.gone, attempts: c.attempts, reschedules: c.reschedules}
 }
 
 type libraryCoreV1 struct {
 	typedcorev1.CoreV1Interface
+	unsaved     func(*corev1.PersistentVolume, error)
 	finished    *finishedDeletions
 	gone        goneCheck
 	attempts    *ledger
@@ -94,11 +121,12 @@ type libraryCoreV1 struct {
 }
 
 func (c libraryCoreV1) PersistentVolumes() typedcorev1.PersistentVolumeInterface {
-	return libraryVolumes{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), finished: c.finished, gone: c.gone}
+	return libraryVolumes{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), unsaved: c.unsaved, finished: c.finished, gone: c.gone}
 }
 
 type libraryVolumes struct {
 	typedcorev1.PersistentVolumeInterface
+	unsaved  func(*corev1.PersistentVolume, error)
 	finished *finishedDeletions
 	gone     goneCheck
 }
@@ -106,7 +134,8 @@ type libraryVolumes struct {
 // Create creates pv, unless its volume (the CSI one, or the translated
 // one of a migrated in-tree volume) is one this process deleted and no
 // CreateVolume returned since (goneHandles): then it returns pv without
-// sending anything, which the library takes for a saved PV.
+// sending anything, which the library takes for a saved PV. A failed
+// create is passed to c.unsaved.
 func (c libraryVolumes) Create(ctx context.Context, pv *corev1.PersistentVolume, opts metav1.CreateOptions) (*corev1.PersistentVolume, error) {
 	logger := klog.FromContext(ctx)
 	if handle, gone := c.gone.deleted(logger, pv); gone {
@@ -118,7 +147,11 @@ func (c libraryVolumes) Create(ctx context.Context, pv *corev1.PersistentVolume,
 			"pv", klog.KObj(pv), "volumeID", handle, "claim", claim)
 		return pv, nil
 	}
-	return c.PersistentVolumeInterface.Create(ctx, pv, opts)
+	out, err := c.PersistentVolumeInterface.Create(ctx, pv, opts)
+	if err != nil && c.unsaved != nil {
+		c.unsaved(pv, err)
+	}
+	return out, err
 }
 
 // Patch patches, and records a PV being deleted that the patch left

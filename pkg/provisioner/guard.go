@@ -147,12 +147,21 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 		logger.V(2).Info("Removed the in-flight finalizer: no CreateVolume is in flight", "bound", bound, "deleting", deleting)
 		return nil
 	}
-	if bound && claim.Spec.VolumeName != p.VolumeName(claim) {
+	switch {
+	case bound && (claim.Spec.VolumeName != p.VolumeName(claim) || p.cachedVolume(claim.Spec.VolumeName) != nil):
+		// Bound to a volume that is not the one this driver's create
+		// makes (another name, or a PV of that name that does not
+		// record it: another provisioner's with the same prefix).
 		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
-			"the claim was bound to volume %s while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
-			claim.Spec.VolumeName, inflight.Finalizer, p.VolumeName(claim)))
-	}
-	if deleting && !bound && p.attempts.state(claim.UID) == attemptUnknown && p.waitsForNode(claim) {
+			"the claim was bound to volume %s while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s of driver %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
+			claim.Spec.VolumeName, inflight.Finalizer, p.VolumeName(claim), p.name))
+	case deleting && !p.annotatedForUs(claim):
+		// Handed to another provisioner: the library never provisions
+		// the claim again, so no CreateVolume answer will release it.
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
+			"the claim is being deleted, and was handed to another provisioner while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s of driver %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
+			inflight.Finalizer, p.VolumeName(claim), p.name))
+	case deleting && !bound && p.attempts.state(claim.UID) == attemptUnknown && p.waitsForNode(claim):
 		// The library never provisions a late-binding claim without a
 		// selected node, so no CreateVolume answer will release it.
 		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(

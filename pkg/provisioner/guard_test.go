@@ -156,6 +156,25 @@ func TestGuardSync(t *testing.T) {
 			ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true,
 		},
 		{
+			// The other provisioner names its volumes as this one does:
+			// the claim is bound to a PV named as this driver's would be.
+			name:  "handed to another provisioner and bound there to a PV of the same name while a create may be in flight: kept, with a warning",
+			claim: guarded().VolumeName("pvc-uid-c").Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			pvs: func(c *corev1.PersistentVolumeClaim) []runtime.Object {
+				return objs(testutil.NewPV("pvc-uid-c", "other.example.com").BoundTo(c).Obj())
+			},
+			ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true,
+			wantEvent: "Warning ProvisioningFailed the claim was bound to volume pvc-uid-c while a CreateVolume for it may have been in progress; finalizer " + inflight.Finalizer +
+				" stays so that a volume named pvc-uid-c of driver " + testDriver + " cannot leak",
+		},
+		{
+			name:   "handed to another provisioner, being deleted, while a create may be in flight: kept, with a warning",
+			claim:  guarded().Deleted().Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
+			ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true,
+			wantEvent: "Warning ProvisioningFailed the claim is being deleted, and was handed to another provisioner while a CreateVolume for it may have been in progress; finalizer " +
+				inflight.Finalizer + " stays so that a volume named pvc-uid-c of driver " + testDriver + " cannot leak",
+		},
+		{
 			name:   "handed to another provisioner, still pending there after a final answer",
 			claim:  guarded().Annotation(storagehelpers.AnnStorageProvisioner, "other.example.com").Obj(),
 			ledger: func(l *ledger) { l.final("uid-c") }, wantKept: true,

@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -43,7 +46,7 @@ func TestKillDuringCreateVolumeThenBoundElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitEvent(s.ns, string(claim.UID), "Warning", "ProvisioningFailed",
-		"may have been in progress; finalizer "+inflight.Finalizer+" stays so that a volume named pvc-"+string(claim.UID)+" cannot leak")
+		"may have been in progress; finalizer "+inflight.Finalizer+" stays so that a volume named pvc-"+string(claim.UID)+" of driver "+s.driver.Name+" cannot leak")
 	got, _ := s.waitBound(claim.Name)
 	if got.Spec.VolumeName != static.Name || !inflight.Has(got) {
 		t.Fatalf("claim bound to %q with finalizers %v, want %s with %s", got.Spec.VolumeName, got.Finalizers, static.Name, inflight.Finalizer)
@@ -79,5 +82,81 @@ func (s *stack) updateClaim(name string, change func(*corev1.PersistentVolumeCla
 	})
 	if err != nil {
 		s.t.Fatalf("update claim %s: %v", name, err)
+	}
+}
+
+// TestRefusedPVExplained: the API server refuses the PV of a created
+// volume (here a ValidatingAdmissionPolicy, as a policy engine would).
+// The library retries the save and only logs; the claim stays Pending with
+// the in-flight finalizer and a Warning that says why. Once the policy
+// goes, the retry saves the PV and the claim binds.
+func TestRefusedPVExplained(t *testing.T) {
+	s := newStack(t, stackConfig{})
+	ctx := t.Context()
+	sc := s.class("refused", nil)
+	name := "refuse-pvs-of-" + s.ns
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumes"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("!has(object.spec.claimRef) || object.spec.claimRef.namespace != %q", s.ns),
+				Message:    "PersistentVolumes of namespace " + s.ns + " must carry label team",
+			}},
+		},
+	}
+	admission := s.c.AdmissionregistrationV1()
+	if _, err := admission.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	if _, err := admission.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	remove := func() {
+		removed = true
+		_ = admission.ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = admission.ValidatingAdmissionPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	t.Cleanup(func() {
+		if !removed {
+			remove()
+		}
+	})
+	// The API server takes the policy in from a watch: wait until a
+	// dry-run create of such a PV is refused.
+	probe := testutil.NewPV(s.ns+"-probe", s.driver.Name).RV("").Class(sc.Name).Size("1Gi").ClaimRef(s.ns, "probe", "").Obj()
+	testutil.Eventually(t, 0, "the policy never refused a PV", func(ctx context.Context) (bool, error) {
+		_, err := s.c.CoreV1().PersistentVolumes().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), nil
+	})
+
+	claim := s.claim(testutil.NewPVC(s.ns, "refused").Class(sc.Name))
+	s.waitEvent(s.ns, string(claim.UID), "Warning", "ProvisioningFailed",
+		"could not be saved (retried with backoff; the claim keeps finalizer "+inflight.Finalizer+" until it is)")
+	s.waitEvent(s.ns, string(claim.UID), "Warning", "ProvisioningFailed", "must carry label team")
+	got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.ClaimPending || !inflight.Has(got) {
+		t.Fatalf("claim %s with finalizers %v, want Pending with %s while its PV is refused", got.Status.Phase, got.Finalizers, inflight.Finalizer)
+	}
+
+	remove()
+	bound, pv := s.waitBound(claim.Name)
+	if pv.Name != "pvc-"+string(claim.UID) || bound.Spec.VolumeName != pv.Name {
+		t.Errorf("claim bound to %q (PV %s), want pvc-%s", bound.Spec.VolumeName, pv.Name, claim.UID)
 	}
 }
