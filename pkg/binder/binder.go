@@ -130,7 +130,7 @@ func New(client kubernetes.Interface, driverName string, factory informers.Share
 	b.pvLister, b.pvcLister, b.scLister = pvs.Lister(), pvcs.Lister(), scs.Lister()
 	b.podIndexer = pods.Informer().GetIndexer()
 
-	if err := b.pvInformer.AddIndexers(cache.Indexers{indexUnboundByClass: b.indexUnboundVolumeByClass}); err != nil {
+	if err := b.pvInformer.AddIndexers(cache.Indexers{indexUnboundByClass: b.indexUnboundVolumeByClass, indexForeignUnboundByClass: b.indexForeignUnboundVolumeByClass}); err != nil {
 		return nil, fmt.Errorf("new binder: add volume indexers: %w", err)
 	}
 	volumeIndex, err := volindex.Add(b.pvInformer, cfg.namePrefix)

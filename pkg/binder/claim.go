@@ -93,6 +93,22 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	if pv != nil {
 		return result{}, b.bind(ctx, pv, claim)
 	}
+	if ours || !storagehelpers.PersistentVolumeClaimHasClass(claim) {
+		// As kube-controller-manager's binder, which matches a claim
+		// against every volume: one that fits is bound before the claim
+		// is handed to a provisioner or given the default class. That
+		// binder binds a volume out of this driver's scope; a claim it
+		// has not bound within the provisioning grace (it is off, say)
+		// gets one ExternalBinding event.
+		if foreign := b.foreignVolumeFitting(claim, className, delay || selected || claim.DeletionTimestamp != nil); foreign != nil {
+			logger.V(2).Info("A volume of another driver or plugin fits the claim: leaving it to kube-controller-manager's binder", "pv", klog.KObj(foreign), "class", className)
+			if age := b.cfg.clock.Since(claim.CreationTimestamp.Time); age < b.cfg.grace {
+				return result{requeueAfter: b.cfg.grace - age}, nil
+			}
+			b.recorder.Event(claim, corev1.EventTypeNormal, reasonExternalBinding, fmt.Sprintf(msgExternalBinding, foreign.Name, b.driver))
+			return result{}, nil
+		}
+	}
 	if def := b.ourDefaultClassFor(claim); def != nil {
 		return result{}, b.assignDefaultClass(ctx, claim, def)
 	}
@@ -120,22 +136,33 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	}
 }
 
-// foreignVolumeFits reports whether a volume out of scope, of class
-// className and unbound or pre-bound to claim, fits claim. It lists every
-// volume: it runs only for a claim whose class does not exist.
-func (b *Binder) foreignVolumeFits(claim *corev1.PersistentVolumeClaim, className string) bool {
+// foreignVolumeFitting returns a volume out of scope that fits claim as
+// kube-controller-manager's binder would match it, or nil: one pre-bound to
+// the claim by claimRef (any class), or, unless skipUnbound, an unbound one
+// of class className. Such a claim is that binder's to bind, as upstream,
+// where the claim is never handed to a provisioner while a volume fits.
+func (b *Binder) foreignVolumeFitting(claim *corev1.PersistentVolumeClaim, className string, skipUnbound bool) *corev1.PersistentVolume {
 	var candidates []*corev1.PersistentVolume
-	for _, o := range b.pvInformer.GetStore().List() {
-		pv, ok := o.(*corev1.PersistentVolume)
-		if !ok || b.volumeInScope(pv) || storagehelpers.GetPersistentVolumeClass(pv) != className {
-			continue
-		}
-		if pv.Spec.ClaimRef == nil || claimRefKey(pv.Spec.ClaimRef) == claimKey(claim) {
+	for _, pv := range b.volumes.Volumes(claim.Namespace, claim.Name, claim.UID) {
+		if !b.volumeInScope(pv) {
 			candidates = append(candidates, pv)
 		}
 	}
-	pv, err := findBestMatch(claim, candidates, false)
-	return err == nil && pv != nil
+	if !skipUnbound {
+		if objs, err := b.pvInformer.GetIndexer().ByIndex(indexForeignUnboundByClass, className); err == nil {
+			for _, o := range objs {
+				candidates = append(candidates, o.(*corev1.PersistentVolume))
+			}
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	pv, err := findBestMatch(claim, candidates, skipUnbound)
+	if err != nil {
+		return nil
+	}
+	return pv
 }
 
 // handToProvisioner sets the storage-provisioner annotations (both keys) to
@@ -297,7 +324,14 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 	}
 	switch {
 	case pv.Spec.ClaimRef == nil:
-		// Re-bind; the selector is not checked (3-3, 3-7).
+		// Re-bind; the selector is not checked (3-3, 3-7). Beyond
+		// upstream: a Lost claim does not take a volume whose claimRef
+		// was removed while a claim that is not Lost is still bound to
+		// it; that claim re-binds it.
+		if user := b.claimUsing(pv, claim); user != nil && claim.Status.Phase == corev1.ClaimLost && user.Status.Phase != corev1.ClaimLost {
+			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
+			return nil
+		}
 		return b.bind(ctx, pv, claim)
 	case pv.Spec.ClaimRef.UID == claim.UID:
 		// Mostly nothing to do; fills in missing phases (3-5).

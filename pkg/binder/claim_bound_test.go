@@ -316,6 +316,15 @@ func TestSyncBoundClaim(t *testing.T) {
 			actions: []string{"update pv/pv1", "status pvc/c1"},
 		},
 		{
+			// Beyond upstream, where whichever claim syncs first takes it:
+			// c1 lost pv1 to other, which is still bound to it, and pv1's
+			// claimRef was then removed by hand.
+			name:    "3-3-2 a Lost claim does not re-bind a volume whose claimRef was removed while another claim is still bound to it",
+			objects: objs(classFast(), c1Lost, otherBound, pvUnbound),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
 			name:    "3-4 bound claim with a volume bound to another claim: Misbound",
 			objects: objs(classFast(), c1, pvToOther),
 			sync:    "pvc/c1",

@@ -117,6 +117,18 @@ func TestSyncPendingClaim(t *testing.T) {
 	provisioned := volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annProvisionedBy, driver).
 		Finalizers(pvFinalizer).Phase(corev1.VolumePending).Obj()
 
+	// Static volumes out of scope that kube-controller-manager's binder
+	// binds to c1: of the class (another driver, no CSI), pre-bound by
+	// claimRef (any class), without class for a claim without class.
+	foreignFast := testutil.NewPV("nfs1", otherDriver).UID("uid-nfs1").Class("fast").Obj()
+	foreignSmall := testutil.NewPV("nfs1", otherDriver).UID("uid-nfs1").Class("fast").Size("100Mi").Obj()
+	notCSIFast := volumeB("nfs1").NotCSI().Class("fast").Obj()
+	notCSIReserved := volumeB("nfs1").NotCSI().ClaimRef(ns, "c1", "").Obj()
+	notCSINoClass := volumeB("nfs1").NotCSI().Obj()
+	cNil := claimB("c1").Obj()
+	defaultFast := testutil.NewSC("fast", driver).Default("storageclass.kubernetes.io/is-default-class").Obj()
+	externalBinding := "pvc/c1 Normal ExternalBinding " + fmt.Sprintf(msgExternalBinding, "nfs1", driver)
+
 	cOld := claimB("c1").Class("fast").Created(now.Add(-time.Hour)).Obj()
 	cOldAnnotated := handedOver(cOld, true)
 	cDeleting := claimB("c1").Class("fast").Deleted().Finalizers("kubernetes.io/pvc-protection").Obj()
@@ -327,6 +339,50 @@ func TestSyncPendingClaim(t *testing.T) {
 			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
 			actions:      []string{"update pvc/c1"},
 			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "a static volume of another driver in the claim's class fits: left to kube-controller-manager's binder, not provisioned",
+			objects:      objs(classFast(), c1, foreignFast),
+			sync:         "pvc/c1",
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "the same, still unbound after the grace: one ExternalBinding event",
+			objects: objs(classFast(), cOld, foreignFast),
+			sync:    "pvc/c1",
+			events:  []string{externalBinding},
+		},
+		{
+			name:    "the same with a volume of no CSI driver",
+			objects: objs(classFast(), cOld, notCSIFast),
+			sync:    "pvc/c1",
+			events:  []string{externalBinding},
+		},
+		{
+			name:    "the same with a volume of no CSI driver and no class pre-bound to the claim",
+			objects: objs(classFast(), cOld, notCSIReserved),
+			sync:    "pvc/c1",
+			events:  []string{externalBinding},
+		},
+		{
+			name:         "a claim without class that a volume of no CSI driver fits does not get the default class",
+			objects:      objs(defaultFast, cNil, notCSINoClass),
+			sync:         "pvc/c1",
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:         "a static volume of another driver that does not fit: provisioned",
+			objects:      objs(classFast(), c1, foreignSmall),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
+		},
+		{
+			name:    "delayed binding: an unbound static volume of another driver is left to the scheduler",
+			objects: objs(classWait(), cWait, testutil.NewPV("nfs1", otherDriver).UID("uid-nfs1").Class("wait").Obj()),
+			sync:    "pvc/c1",
+			events:  []string{"pvc/c1 Normal WaitForFirstConsumer waiting for first consumer to be created before binding"},
 		},
 		{
 			name:         "provision: a failing check gives the annotations without the finalizer",

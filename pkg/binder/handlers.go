@@ -16,6 +16,10 @@ const (
 	// indexUnboundByClass maps in-scope volumes without claimRef to their
 	// class: the candidates for static binding.
 	indexUnboundByClass = "csi-provisioner-binder/unbound-volume-by-class"
+	// indexForeignUnboundByClass maps out-of-scope volumes without
+	// claimRef to their class: static volumes kube-controller-manager's
+	// binder would bind to a claim of that class.
+	indexForeignUnboundByClass = "csi-provisioner-binder/foreign-unbound-volume-by-class"
 	// indexPendingByClass maps claims that have neither bind-completed nor
 	// spec.volumeName to their class: the claims a new Available volume may
 	// satisfy.
@@ -32,6 +36,14 @@ const (
 func (b *Binder) indexUnboundVolumeByClass(obj interface{}) ([]string, error) {
 	pv, ok := obj.(*corev1.PersistentVolume)
 	if !ok || pv.Spec.ClaimRef != nil || !b.volumeInScope(pv) {
+		return nil, nil
+	}
+	return []string{storagehelpers.GetPersistentVolumeClass(pv)}, nil
+}
+
+func (b *Binder) indexForeignUnboundVolumeByClass(obj interface{}) ([]string, error) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef != nil || b.volumeInScope(pv) {
 		return nil, nil
 	}
 	return []string{storagehelpers.GetPersistentVolumeClass(pv)}, nil

@@ -17,6 +17,9 @@ const (
 	reasonVolumeFailedDelete         = "VolumeFailedDelete"
 	// Ours: upstream has no such guard.
 	reasonVolumeStillInUse = "VolumeStillInUse"
+	// Ours: with kube-controller-manager's binder alone nobody waits for
+	// it, that binder binds the volume itself.
+	reasonExternalBinding = "ExternalBinding"
 
 	msgNoVolumeNoClass       = "no persistent volumes available for this claim and no storage class is set"
 	msgAlreadyBound          = "volume %q already bound to a different claim."
@@ -34,6 +37,9 @@ const (
 	msgRecycleUnsupported    = "Recycle failed: recycling is not supported for CSI volumes; delete the volume or change its reclaim policy to Delete or Retain"
 	msgUnknownReclaimPolicy  = "Volume has unrecognized PersistentVolumeReclaimPolicy"
 	msgVolumeStillInUse      = "Not releasing or unbinding the volume: its claimRef names claim %s, but claim %s is still bound to it (spec.volumeName); point spec.claimRef back at that claim, or delete the claim"
+
+	// Ours (reasonExternalBinding).
+	msgExternalBinding = "volume %q, of another driver or plugin than %s, fits the claim: kube-controller-manager's persistentvolume-binder binds it, and nothing is provisioned while it fits (as upstream); with that binder off the claim waits"
 
 	// Ours: upstream posts no event for a claim whose spec.volumeName names
 	// no volume (with msgCannotBindRequested).

@@ -89,7 +89,7 @@ func (b *Binder) reportUnowned(ctx context.Context, claim *corev1.PersistentVolu
 			return result{}, nil
 		}
 	}
-	if b.foreignVolumeFits(claim, className) {
+	if b.foreignVolumeFitting(claim, className, false) != nil {
 		logger.V(4).Info("Claim is nobody's, but another driver's volume fits it", "class", className)
 		return result{}, nil
 	}

@@ -178,6 +178,14 @@ func coexistNormalizers() map[string]func(diffState) {
 			dropEvent(s, "pv/name", "Warning VolumeStillInUse")
 			dropEvent(s, "claim/to-uid", "Warning ClaimMisbound")
 		},
+		// A volume out of our binder's scope fits: kube-controller-
+		// manager's binder binds it, ours waits, and says so only when
+		// that takes longer than its provisioning grace (2 s here, as
+		// the resync is 1 s), which a loaded machine can make happen.
+		"foreign-volume": func(s diffState) {
+			dropEvent(s, "claim/data", "Normal ExternalBinding")
+			dropEvent(s, "claim/reserved", "Normal ExternalBinding")
+		},
 	}
 }
 

@@ -237,6 +237,19 @@ func diffScenarios() []diffScenario {
 			// A volume of this driver in the class of another provisioner.
 			c.createClaim(c.claim("foreign").Class(c.e.name("foreign")))
 		}}},
+		{name: "foreign-volume", pvs: func(c *diffCase) {
+			// Static volumes of no CSI driver: one in the claims' class,
+			// one without class pre-bound by claimRef. Both binders on:
+			// kube-controller-manager's binds them, and this driver
+			// provisions nothing for these claims (alone, our binder
+			// leaves them Pending with a Normal ExternalBinding event;
+			// TestSyncPendingClaim).
+			c.createPV(c.pv("nfs").NotCSI())
+			c.createPV(c.pv("reserved").NotCSI().Class("").ClaimRef(c.e.ns, "reserved", ""))
+		}, steps: []func(c *diffCase){func(c *diffCase) {
+			c.createClaim(c.claim("data"))
+			c.createClaim(c.claim("reserved"))
+		}}, coexistOnly: true},
 		{name: "race", pvs: func(c *diffCase) {
 			c.createPV(c.pv("one"))
 		}, steps: []func(c *diffCase){func(c *diffCase) {
