@@ -442,24 +442,42 @@ func TestChangeInflight(t *testing.T) {
 // create the volume again after the claim was bound, deleted and its volume
 // deleted); without it, the call is repeated as before (idempotent).
 func TestCreatedVolumeNotCreatedAgain(t *testing.T) {
-	for _, saved := range []bool{true, false} {
-		t.Run(fmt.Sprintf("PV saved %v", saved), func(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ref   func(*corev1.PersistentVolumeClaim) *corev1.ObjectReference // the saved PV's claimRef; nil: no PV
+		saved bool
+	}{
+		{name: "PV saved true", saved: true, ref: func(c *corev1.PersistentVolumeClaim) *corev1.ObjectReference {
+			// As the library saves it: bound to the claim.
+			return &corev1.ObjectReference{Namespace: c.Namespace, Name: c.Name, UID: c.UID}
+		}},
+		{name: "PV saved false"},
+		{
+			// A PV of that name that records another claim (a truncated
+			// --volume-name-uuid-length, a PV made by hand) is not this
+			// claim's.
+			name: "PV of that name records another claim",
+			ref: func(c *corev1.PersistentVolumeClaim) *corev1.ObjectReference {
+				return &corev1.ObjectReference{Namespace: c.Namespace, Name: "other", UID: "uid-other"}
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			claim, class := newClaim("c").Obj(), newClass().Obj()
 			h := newHarness(t, baseCaps(), objs(claim, class))
 			pv, _, err := h.provision(claim, class)
 			if err != nil || pv == nil {
 				t.Fatalf("Provision = %v, %v; want a PV", pv, err)
 			}
-			if saved {
-				// As the library saves it: bound to the claim.
-				pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+			if tt.ref != nil {
+				pv.Spec.ClaimRef = tt.ref(claim)
 				if _, err := h.client.CoreV1().PersistentVolumes().Create(h.ctx, pv, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			again, state, err := h.provision(claim, class)
 			calls := len(h.driver.createCalls())
-			if saved {
+			if tt.saved {
 				if again != nil || state != controller.ProvisioningFinished || !isIgnoredError(err) || calls != 1 {
 					t.Errorf("second Provision = %v, %v, %v with %d CreateVolume calls; want an ignored error and no second call", again, state, err, calls)
 				}

@@ -75,7 +75,10 @@ func TestStopDuringCreateAndDeleteVolume(t *testing.T) {
 	}
 	s.waitGone(claim.Name, pv.Name)
 
-	// Every event was written before its process exited.
+	// Every event was written before its process exited: the restarted
+	// sidecar's ProvisioningSucceeded is there (so the check below looks
+	// at written events), and no Warning.
+	s.waitEvent(s.ns, string(claim.UID), "Normal", "ProvisioningSucceeded", "")
 	for _, e := range append(s.events(s.ns, string(claim.UID)), s.events(metav1.NamespaceDefault, string(pv.UID))...) {
 		if strings.HasPrefix(e, "Warning ") {
 			t.Errorf("a stop posted %q", e)
