@@ -72,7 +72,11 @@
 // claim to its provisioner). A claim that is nobody's (its class does not
 // exist, or it has none, and no volume fits it) is not written, but gets
 // kube-controller-manager's event about it, ProvisioningFailed or
-// FailedBinding, from one binder in the cluster (unowned.go).
+// FailedBinding, from one binder in the cluster (unowned.go). A claim of
+// the driver's class that a volume out of scope fits (in its class, or
+// pre-bound to it) is left to kube-controller-manager's binder, which binds
+// it, as upstream, where such a claim is never provisioned: it is not
+// written, and gets one Normal ExternalBinding after the provisioning grace.
 //
 // Events go through an events.Deduplicator: each cause is reported once per
 // object, not once per retry.
