@@ -241,7 +241,7 @@ func (p *Provisioner) takeClaim(ctx context.Context, claim *corev1.PersistentVol
 // competition with the provisioners of the other nodes:
 //
 //  0. A node that the class's allowedTopologies exclude gives up at once
-//     (ProvisioningFinished and an IgnoredError; see allowedOnThisNode).
+//     (ProvisioningFinished and an IgnoredError; see notAllowedOnThisNode).
 //  1. It waits a delay that grows with each attempt for the claim (see
 //     ownerDelays), looking at the informer's copy every poll interval. If
 //     another node selected itself meanwhile, or the claim is gone or
@@ -266,9 +266,10 @@ func (p *Provisioner) becomeOwner(ctx context.Context, claim *corev1.PersistentV
 	if selectedNodeName(cur) == p.node.NodeName {
 		return cur, false, controller.ProvisioningFinished, nil
 	}
-	if err := p.allowedOnThisNode(cur, class); err != nil {
-		logger.V(2).Info("Not taking the claim", "reason", err)
-		return nil, false, controller.ProvisioningFinished, err
+	if reason := p.notAllowedOnThisNode(cur, class); reason != "" {
+		logger.V(2).Info("Not taking the claim", "reason", reason)
+		p.explainNotAllowed(ctx, cur, reason)
+		return nil, false, controller.ProvisioningFinished, &controller.IgnoredError{Reason: reason}
 	}
 
 	clk := p.cfg.clock
@@ -320,21 +321,21 @@ func (p *Provisioner) becomeOwner(ctx context.Context, claim *corev1.PersistentV
 	return updated, true, controller.ProvisioningFinished, nil
 }
 
-// allowedOnThisNode returns an IgnoredError when class's allowedTopologies
-// exclude this node's topology, so that this node does not take an
-// immediate-binding claim that it could never provision: the requirement
-// computed for this node as selected node would fail in Provision, for
-// ever, and no node the class allows would take the claim (upstream's
-// checkNode makes the same test). Without topology support
+// notAllowedOnThisNode says why class's allowedTopologies exclude this
+// node's topology, or "" when they do not, so that this node does not take
+// an immediate-binding claim that it could never provision: the
+// requirement computed for this node as selected node would fail in
+// Provision, for ever, and no node the class allows would take the claim
+// (upstream's checkNode makes the same test). Without topology support
 // allowedTopologies play no part, as in Provision.
-func (p *Provisioner) allowedOnThisNode(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {
+func (p *Provisioner) notAllowedOnThisNode(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) string {
 	if len(class.AllowedTopologies) == 0 || !p.caps.VolumeAccessibility {
-		return nil
+		return ""
 	}
 	if _, err := p.topologyRequirement(claim, class, p.node.NodeName); err != nil {
-		return &controller.IgnoredError{Reason: fmt.Sprintf("storage class %s does not allow node %s: %v", class.Name, p.node.NodeName, err)}
+		return fmt.Sprintf("storage class %s does not allow node %s: %v", class.Name, p.node.NodeName, err)
 	}
-	return nil
+	return ""
 }
 
 // unowned returns the informer's copy of claim, or an IgnoredError when the

@@ -222,7 +222,19 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline capacityDecline) {
 	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
 	message := fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason)
-	if !p.node.untaken.add(claim, &decline) {
+	p.explainDeclined(ctx, claim, &decline, message)
+}
+
+// explainNotAllowed is explainNoCapacity for a node that the class's
+// allowedTopologies exclude.
+func (p *Provisioner) explainNotAllowed(ctx context.Context, claim *corev1.PersistentVolumeClaim, reason string) {
+	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
+	p.explainDeclined(ctx, claim, nil, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node takes an Immediate claim only if the class's allowedTopologies allow its topology", grace, reason))
+}
+
+func (p *Provisioner) explainDeclined(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline *capacityDecline, message string) {
+	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
+	if !p.node.untaken.add(claim, decline) {
 		if p.node.untaken.renewal(claim.UID, p.cfg.clock.Now()) {
 			p.explainUntaken(ctx, claim, message)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +44,7 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 		name         string
 		capacity     *fakeCapacity
 		immediateOff bool
+		class        *storagev1.StorageClass // newClass() when nil
 		// existingAge, when positive, creates the event before the test,
 		// from node n1, that long ago.
 		existingAge time.Duration
@@ -86,6 +88,17 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			wantMessage: noRoom, wantHost: thisNode, wantCount: 2, wantCreates: 2, wantUpdates: 1,
 		},
 		{
+			name: "the class's allowedTopologies exclude this node, no node takes it", class: newClass().AllowedTopology(keyZone, "no-such-zone").Obj(),
+			wantMessage: "no node took the claim within 30s: storage class sc does not allow node n9: ",
+			wantHost:    thisNode, wantCount: 1, wantCreates: 1,
+		},
+		{
+			name: "the class's allowedTopologies exclude this node, another node takes it within the grace period", class: newClass().AllowedTopology(keyZone, "a").Obj(),
+			afterDecline: func(t *testing.T, h *harness) {
+				h.selectNode(t, "c", "n1")
+			},
+		},
+		{
 			name: "immediate binding off: at once", immediateOff: true,
 			wantMessage: immediateOff, wantHost: thisNode, wantCount: 1, wantCreates: 1,
 		},
@@ -104,7 +117,11 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 				nd.GetCapacity = tt.capacity.get
 			}
 			claim := newClaim("c").Obj()
-			objs := append(cluster(), claim, newClass().Obj())
+			class := tt.class
+			if class == nil {
+				class = newClass().Obj()
+			}
+			objs := append(cluster(), claim, class)
 			if tt.existingAge > 0 {
 				at := metav1.NewTime(clk.Now().Add(-tt.existingAge))
 				objs = append(objs, &corev1.Event{

@@ -421,7 +421,9 @@ func TestRollbackToUpstream(t *testing.T) {
 }
 
 // removeInflightFinalizers does what the README's rollback notes say: once
-// a claim is Bound, the in-flight finalizer that ours left on it is removed.
+// a claim is Bound to a volume the driver provisioned for it (the PV names
+// the claim's UID and is provisioned by the driver), the in-flight
+// finalizer that ours left on it is removed.
 func removeInflightFinalizers(t *testing.T, e *env) {
 	t.Helper()
 	list, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).List(t.Context(), metav1.ListOptions{})
@@ -430,9 +432,15 @@ func removeInflightFinalizers(t *testing.T, e *env) {
 	}
 	for i := range list.Items {
 		c := list.Items[i].DeepCopy()
-		if c.Status.Phase != corev1.ClaimBound || !inflight.Remove(c) {
+		if c.Status.Phase != corev1.ClaimBound || !inflight.Has(c) {
 			continue
 		}
+		pv, err := e.c.CoreV1().PersistentVolumes().Get(t.Context(), c.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != c.UID || pv.Annotations[annProvisionedBy] != e.driver {
+			t.Logf("claim %s keeps the in-flight finalizer: volume %s was not provisioned for it (%v)", c.Name, c.Spec.VolumeName, err)
+			continue
+		}
+		inflight.Remove(c)
 		t.Logf("claim %s: in-flight finalizer removed after the rollback (finalizers left: %s)", c.Name, strings.Join(c.Finalizers, ","))
 		// A claim being deleted may be gone as the update lands.
 		if _, err := e.c.CoreV1().PersistentVolumeClaims(e.ns).Update(t.Context(), c, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
