@@ -119,6 +119,20 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return result{}, err
 	case ours:
+		// The volume provisioned for the claim, if it does not fit, is
+		// never bound, and the provisioning library provisions nothing
+		// while it exists: say why instead of waiting for a volume "to be
+		// created" (kube-controller-manager's message).
+		for _, pv := range b.volumesReferencing(claim) {
+			if !b.provisionedFor(pv, claim) {
+				continue
+			}
+			if err := checkVolumeSatisfyClaim(pv, claim); err != nil {
+				b.recorder.Event(claim, corev1.EventTypeWarning, reasonVolumeMismatch, fmt.Sprintf(msgProvisionedMismatch, pv.Name, err))
+				_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+				return result{}, err
+			}
+		}
 		return b.handToProvisioner(ctx, claim, class)
 	case className == "" && len(b.volumesReferencing(claim)) > 0:
 		// In scope through a volume pre-bound to it that does not fit.

@@ -129,6 +129,13 @@ func TestSyncPendingClaim(t *testing.T) {
 	defaultFast := testutil.NewSC("fast", driver).Default("storageclass.kubernetes.io/is-default-class").Obj()
 	externalBinding := "pvc/c1 Normal ExternalBinding " + fmt.Sprintf(msgExternalBinding, "nfs1", driver)
 
+	// The claim names a VolumeAttributesClass that the volume provisioned
+	// for it lacks (the provisioner's gate off).
+	cVAC := handedOver(claimB("c1").Class("fast").VolumeAttributesClass("gold").Created(now.Add(-time.Hour)).Obj(), true)
+	provisionedNoVAC := volumeB("pv1").Class("fast").BoundTo(cVAC).Annotation(annProvisionedBy, driver).
+		Finalizers(pvFinalizer).Phase(corev1.VolumePending).Obj()
+	staticReservedSmall := volumeB("pv1").Class("fast").Size("100Mi").BoundTo(c1).Obj()
+
 	cOld := claimB("c1").Class("fast").Created(now.Add(-time.Hour)).Obj()
 	cOldAnnotated := handedOver(cOld, true)
 	cDeleting := claimB("c1").Class("fast").Deleted().Finalizers("kubernetes.io/pvc-protection").Obj()
@@ -289,6 +296,20 @@ func TestSyncPendingClaim(t *testing.T) {
 			claims:  []*corev1.PersistentVolumeClaim{boundClaim(cAnnotated, provisioned, true)},
 			volumes: []*corev1.PersistentVolume{boundVolume(provisioned, cAnnotated, false)},
 			actions: []string{"status pv/pv1", "update pvc/c1", "status pvc/c1"},
+		},
+		{
+			name:    "1-18-1 provisioned volume that does not fit: a Warning names it, no ExternalProvisioning",
+			objects: objs(classFast(), cVAC, provisionedNoVAC),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning VolumeMismatch Cannot bind to volume "pv1", provisioned for this claim: volumeAttributesClassName does not match`},
+		},
+		{
+			name:         "1-18-2 a static volume reserved for the claim by UID that does not fit: provisioned, as upstream",
+			objects:      objs(classFast(), c1, staticReservedSmall),
+			sync:         "pvc/c1",
+			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			actions:      []string{"update pvc/c1"},
+			requeueAfter: 29 * time.Second,
 		},
 		{
 			name:         "seed bug 1 (11-23): a claim with a selected node is provisioned, not bound to a static volume",

@@ -38,6 +38,11 @@ const (
 	msgUnknownReclaimPolicy  = "Volume has unrecognized PersistentVolumeReclaimPolicy"
 	msgVolumeStillInUse      = "Not releasing or unbinding the volume: its claimRef names claim %s, but claim %s is still bound to it (spec.volumeName); point spec.claimRef back at that claim, or delete the claim"
 
+	// Ours: kube-controller-manager hands such a claim to the provisioner
+	// again (ExternalProvisioning), which provisions nothing while the
+	// volume exists.
+	msgProvisionedMismatch = "Cannot bind to volume %q, provisioned for this claim: %s"
+
 	// Ours (reasonExternalBinding).
 	msgExternalBinding = "volume %q, of another driver or plugin than %s, fits the claim: kube-controller-manager's persistentvolume-binder binds it, and nothing is provisioned while it fits (as upstream); with that binder off the claim waits"
 
