@@ -369,9 +369,14 @@ func checkVolumeSatisfyClaim(pv *corev1.PersistentVolume, claim *corev1.Persiste
 	if pv.DeletionTimestamp != nil {
 		return fmt.Errorf("the volume is marked for deletion %q", pv.Name)
 	}
-	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
-	capacity := pv.Spec.Capacity[corev1.ResourceStorage]
-	if capacity.Value() < request.Value() {
+	// Whole bytes rounded up, as kube-controller-manager's Value()
+	// comparison, but without its int64 overflow: a request of 10E would
+	// read as 0 bytes and fit any volume.
+	request := claim.Spec.Resources.Requests[corev1.ResourceStorage].DeepCopy()
+	capacity := pv.Spec.Capacity[corev1.ResourceStorage].DeepCopy()
+	request.RoundUp(0)
+	capacity.RoundUp(0)
+	if capacity.Cmp(request) < 0 {
 		return fmt.Errorf("requested PV is too small")
 	}
 	if storagehelpers.GetPersistentVolumeClass(pv) != storagehelpers.GetPersistentVolumeClaimClass(claim) {

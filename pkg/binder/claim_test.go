@@ -648,18 +648,25 @@ func TestSyncPendingClaim(t *testing.T) {
 // TestCheckVolumeSatisfyClaimSize: a volume requested by name must hold at
 // least what the claim requests, to the byte.
 func TestCheckVolumeSatisfyClaimSize(t *testing.T) {
-	claim := claimB("c1").Size("1Gi").Obj()
 	for _, tc := range []struct {
-		size    string
-		wantErr bool
+		request, size string
+		wantErr       bool
 	}{
-		{size: "1Gi"},
-		{size: "1073741823", wantErr: true},
-		{size: "2Gi"},
+		{request: "1Gi", size: "1Gi"},
+		{request: "1Gi", size: "1073741823", wantErr: true},
+		{request: "1Gi", size: "2Gi"},
+		// Whole bytes rounded up, as kube-controller-manager compares.
+		{request: "2", size: "1500m"},
+		{request: "2", size: "1", wantErr: true},
+		// Requests beyond int64 bytes, where Value() overflows (to 0, or
+		// negative): no volume is that large.
+		{request: "10E", size: "1Gi", wantErr: true},
+		{request: "9300000000000000000", size: "1Gi", wantErr: true},
 	} {
+		claim := claimB("c1").Size(tc.request).Obj()
 		err := checkVolumeSatisfyClaim(volumeB("pv1").Size(tc.size).Obj(), claim)
 		if (err != nil) != tc.wantErr {
-			t.Errorf("volume of %s for a claim of 1Gi: error %v, want error %v", tc.size, err, tc.wantErr)
+			t.Errorf("volume of %s for a claim of %s: error %v, want error %v", tc.size, tc.request, err, tc.wantErr)
 		}
 	}
 }
