@@ -189,8 +189,12 @@ func (b *Binder) updateClaimStatus(ctx context.Context, claim *corev1.Persistent
 		if pv != nil {
 			b.recorder.Forget(pv.UID)
 		}
-		latency := b.cfg.clock.Since(claim.CreationTimestamp.Time)
-		b.metrics.bindingLatency.WithLabelValues(storagehelpers.GetPersistentVolumeClaimClass(claim)).Observe(latency.Seconds())
+		// A Lost claim bound again is no new binding: it was counted
+		// when first bound, and its age would be one huge sample.
+		if claim.Status.Phase != corev1.ClaimLost {
+			latency := b.cfg.clock.Since(claim.CreationTimestamp.Time)
+			b.metrics.bindingLatency.WithLabelValues(storagehelpers.GetPersistentVolumeClaimClass(claim)).Observe(latency.Seconds())
+		}
 	}
 	return out, nil
 }

@@ -56,6 +56,28 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestBindingLatencyNotObservedOnRebind: a Lost claim whose volume comes
+// back is bound again; csi_provisioner_binder_binding_duration_seconds
+// (claim created → Bound) gets no second sample of the claim's whole age.
+func TestBindingLatencyNotObservedOnRebind(t *testing.T) {
+	lost := claimB("c1").Class("fast").Created(now.Add(-24*time.Hour)).VolumeName("pv1").
+		Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
+	pv := volumeB("pv1").Class("fast").BoundTo(lost).Phase(corev1.VolumeBound).Obj()
+	reg := metrics.NewKubeRegistry()
+	f := newFixture(t, objs(classFast(), lost, pv), WithMetricsRegistry(reg))
+	if _, err := f.runSync("pvc/c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.claim("c1").Status.Phase; got != corev1.ClaimBound {
+		t.Fatalf("claim phase %q, want Bound", got)
+	}
+	for _, line := range gather(t, reg) {
+		if strings.HasPrefix(line, "csi_provisioner_binder_binding_duration_seconds") {
+			t.Errorf("a Lost claim bound again was observed as a new binding: %s", line)
+		}
+	}
+}
+
 // gather renders the binder's metrics in reg as sorted lines
 // "name{label="value",...} value" (histograms: count and sum).
 func gather(t *testing.T, reg metrics.KubeRegistry) []string {
