@@ -93,7 +93,7 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 	if pv != nil {
 		return result{}, b.bind(ctx, pv, claim)
 	}
-	if ours || !storagehelpers.PersistentVolumeClaimHasClass(claim) {
+	if ours || b.ourDefaultClassFor(claim) != nil {
 		// As kube-controller-manager's binder, which matches a claim
 		// against every volume: one that fits is bound before the claim
 		// is handed to a provisioner or given the default class. That

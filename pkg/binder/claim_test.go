@@ -128,6 +128,8 @@ func TestSyncPendingClaim(t *testing.T) {
 	cNil := claimB("c1").Obj()
 	defaultFast := testutil.NewSC("fast", driver).Default("storageclass.kubernetes.io/is-default-class").Obj()
 	externalBinding := "pvc/c1 Normal ExternalBinding " + fmt.Sprintf(msgExternalBinding, "nfs1", driver)
+	cNilOld := claimB("c1").Created(now.Add(-time.Hour)).Obj()
+	otherDefault := testutil.NewSC("slow", otherDriver).Default("storageclass.kubernetes.io/is-default-class").Obj()
 
 	// The claim names a VolumeAttributesClass that the volume provisioned
 	// for it lacks (the provisioner's gate off).
@@ -390,6 +392,18 @@ func TestSyncPendingClaim(t *testing.T) {
 			objects:      objs(defaultFast, cNil, notCSINoClass),
 			sync:         "pvc/c1",
 			requeueAfter: 29 * time.Second,
+		},
+		{
+			// Not this driver's claim: reportUnowned stays silent when a
+			// volume fits, and no sidecar of another driver says a word.
+			name:    "a claim without class while no class of the driver is default, that a volume of no CSI driver fits: nothing",
+			objects: objs(classFast(), cNilOld, notCSINoClass),
+			sync:    "pvc/c1",
+		},
+		{
+			name:    "the same while another driver's class is default: nothing",
+			objects: objs(classFast(), otherDefault, cNilOld, notCSINoClass),
+			sync:    "pvc/c1",
 		},
 		{
 			name:         "a static volume of another driver that does not fit: provisioned",

@@ -31,6 +31,11 @@ const untakenEventSuffix = ".no-node-takes-it"
 // that merely went to another node.
 const untakenGraceFactor = 1.5
 
+// untakenExcludedGraceFactor times MaxDelay is how long a node that a
+// class's allowedTopologies exclude waits before it explains an Immediate
+// claim (see explainNotAllowed).
+const untakenExcludedGraceFactor = 4
+
 // untakenRetryBase is how long a node waits before it posts again an
 // untaken-claim event whose post failed (the API server down or
 // answering 5xx); the wait doubles with each further failure up to
@@ -222,18 +227,25 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline capacityDecline) {
 	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
 	message := fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason)
-	p.explainDeclined(ctx, claim, &decline, message)
+	p.explainDeclined(ctx, claim, &decline, grace, message)
 }
 
 // explainNotAllowed is explainNoCapacity for a node that the class's
-// allowedTopologies exclude.
+// allowedTopologies exclude. It waits untakenExcludedGraceFactor ×
+// MaxDelay: a node the class allows declines within 1.5 × BaseDelay and
+// explains 1.5 × MaxDelay later (at most 3 × MaxDelay in all), and its
+// reason (capacity), not this node's, is the one the claim's single event
+// must carry; this node's shows only when no allowed node explained the
+// claim (allowedTopologies that match no node).
 func (p *Provisioner) explainNotAllowed(ctx context.Context, claim *corev1.PersistentVolumeClaim, reason string) {
-	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
-	p.explainDeclined(ctx, claim, nil, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node takes an Immediate claim only if the class's allowedTopologies allow its topology", grace, reason))
+	grace := time.Duration(untakenExcludedGraceFactor * float64(p.node.MaxDelay))
+	p.explainDeclined(ctx, claim, nil, grace, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node takes an Immediate claim only if the class's allowedTopologies allow its topology", grace, reason))
 }
 
-func (p *Provisioner) explainDeclined(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline *capacityDecline, message string) {
-	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
+// explainDeclined records that this node declined claim (for capacity
+// when decline is set) and, if the claim is still untaken grace later,
+// posts message as the claim's untaken-claim event.
+func (p *Provisioner) explainDeclined(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline *capacityDecline, grace time.Duration, message string) {
 	if !p.node.untaken.add(claim, decline) {
 		if p.node.untaken.renewal(claim.UID, p.cfg.clock.Now()) {
 			p.explainUntaken(ctx, claim, message)

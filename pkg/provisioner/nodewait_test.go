@@ -45,6 +45,10 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 		capacity     *fakeCapacity
 		immediateOff bool
 		class        *storagev1.StorageClass // newClass() when nil
+		// graceStep, when set, replaces grace as the clock step after
+		// the decline; at 3 × maxDelay into it this node must still wait
+		// (an allowed node's capacity explanation would come first).
+		graceStep time.Duration
 		// existingAge, when positive, creates the event before the test,
 		// from node n1, that long ago.
 		existingAge time.Duration
@@ -89,11 +93,13 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 		},
 		{
 			name: "the class's allowedTopologies exclude this node, no node takes it", class: newClass().AllowedTopology(keyZone, "no-such-zone").Obj(),
-			wantMessage: "no node took the claim within 30s: storage class sc does not allow node n9: ",
+			graceStep:   4 * maxDelay,
+			wantMessage: "no node took the claim within 1m20s: storage class sc does not allow node n9: ",
 			wantHost:    thisNode, wantCount: 1, wantCreates: 1,
 		},
 		{
 			name: "the class's allowedTopologies exclude this node, another node takes it within the grace period", class: newClass().AllowedTopology(keyZone, "a").Obj(),
+			graceStep: 4 * maxDelay,
 			afterDecline: func(t *testing.T, h *harness) {
 				h.selectNode(t, "c", "n1")
 			},
@@ -164,7 +170,15 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			if tt.afterDecline != nil {
 				tt.afterDecline(t, h)
 			}
-			clk.Step(grace)
+			if tt.graceStep > 0 {
+				clk.Step(3 * maxDelay)
+				if tt.afterDecline == nil && !clk.HasWaiters() {
+					t.Error("the excluded node's wait ended by 3 × maxDelay, before an allowed node's capacity explanation")
+				}
+				clk.Step(tt.graceStep - 3*maxDelay)
+			} else {
+				clk.Step(grace)
+			}
 			sync()
 			if clk.HasWaiters() {
 				t.Error("the second sync started a second wait")
