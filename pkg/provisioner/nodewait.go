@@ -227,7 +227,7 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline capacityDecline) {
 	grace := time.Duration(untakenGraceFactor * float64(p.node.MaxDelay))
 	message := fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node checks only its own capacity; a node tries again when one of its volumes is deleted, when the claim changes, and at the provisioning library's resync", grace, decline.reason)
-	p.explainDeclined(ctx, claim, &decline, grace, message)
+	p.explainDeclined(ctx, claim, &decline, grace, message, false)
 }
 
 // explainNotAllowed is explainNoCapacity for a node that the class's
@@ -239,16 +239,16 @@ func (p *Provisioner) explainNoCapacity(ctx context.Context, claim *corev1.Persi
 // claim (allowedTopologies that match no node).
 func (p *Provisioner) explainNotAllowed(ctx context.Context, claim *corev1.PersistentVolumeClaim, reason string) {
 	grace := time.Duration(untakenExcludedGraceFactor * float64(p.node.MaxDelay))
-	p.explainDeclined(ctx, claim, nil, grace, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node takes an Immediate claim only if the class's allowedTopologies allow its topology", grace, reason))
+	p.explainDeclined(ctx, claim, nil, grace, fmt.Sprintf("no node took the claim within %s: %s. In node deployment each node takes an Immediate claim only if the class's allowedTopologies allow its topology", grace, reason), true)
 }
 
 // explainDeclined records that this node declined claim (for capacity
 // when decline is set) and, if the claim is still untaken grace later,
 // posts message as the claim's untaken-claim event.
-func (p *Provisioner) explainDeclined(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline *capacityDecline, grace time.Duration, message string) {
+func (p *Provisioner) explainDeclined(ctx context.Context, claim *corev1.PersistentVolumeClaim, decline *capacityDecline, grace time.Duration, message string, keepOthers bool) {
 	if !p.node.untaken.add(claim, decline) {
 		if p.node.untaken.renewal(claim.UID, p.cfg.clock.Now()) {
-			p.explainUntaken(ctx, claim, message)
+			p.explainUntaken(ctx, claim, message, keepOthers)
 		}
 		return
 	}
@@ -274,7 +274,7 @@ func (p *Provisioner) explainDeclined(ctx context.Context, claim *corev1.Persist
 			return
 		}
 		if p.node.untaken.firstExplanation(cur.UID, p.cfg.clock.Now()) {
-			p.explainUntaken(ctx, cur, message)
+			p.explainUntaken(ctx, cur, message, keepOthers)
 		}
 	})
 	if !started {
@@ -289,7 +289,7 @@ func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.Per
 	now := p.cfg.clock.Now()
 	p.node.untaken.add(claim, nil)
 	if p.node.untaken.firstExplanation(claim.UID, now) || p.node.untaken.renewal(claim.UID, now) {
-		p.explainUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name))
+		p.explainUntaken(ctx, claim, fmt.Sprintf("no node takes this claim: its storageclass %q binds Immediately, and the provisioners of %s run on each node (--node-deployment) with --node-deployment-immediate-binding=false, so they provision only claims with a selected node; use a storage class with volumeBindingMode WaitForFirstConsumer", className, p.name), false)
 	}
 }
 
@@ -298,13 +298,13 @@ func (p *Provisioner) explainImmediateOff(ctx context.Context, claim *corev1.Per
 // claim does not stay Pending unexplained until the renewal, and the
 // caller (a library worker) does not wait for the API server to come
 // back.
-func (p *Provisioner) explainUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
-	if err := p.postUntaken(ctx, claim, message); err == nil || !p.node.untaken.startRetry(claim.UID) {
+func (p *Provisioner) explainUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string, keepOthers bool) {
+	if err := p.postUntaken(ctx, claim, message, keepOthers); err == nil || !p.node.untaken.startRetry(claim.UID) {
 		return
 	}
 	// As the grace period's wait: not ended with the library's sync, but
 	// with the sidecar.
-	if !p.bg.run(ctx, func(ctx context.Context) { p.retryUntaken(ctx, claim, message) }) {
+	if !p.bg.run(ctx, func(ctx context.Context) { p.retryUntaken(ctx, claim, message, keepOthers) }) {
 		p.node.untaken.endRetry(claim.UID)
 	}
 }
@@ -314,7 +314,7 @@ func (p *Provisioner) explainUntaken(ctx context.Context, claim *corev1.Persiste
 // until a post succeeds, the claim is taken, bound or gone (or this node
 // forgot it), or events.RefreshInterval has passed since the failed post:
 // then the renewal, at the claim's next decline, takes over.
-func (p *Provisioner) retryUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) {
+func (p *Provisioner) retryUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string, keepOthers bool) {
 	defer p.node.untaken.endRetry(claim.UID)
 	clk := p.cfg.clock
 	giveUp := clk.Now().Add(events.RefreshInterval)
@@ -333,7 +333,7 @@ func (p *Provisioner) retryUntaken(ctx context.Context, claim *corev1.Persistent
 		if err != nil || selectedNodeName(cur) == p.node.NodeName || !p.node.untaken.has(cur.UID) {
 			return
 		}
-		if p.postUntaken(ctx, cur, message) == nil {
+		if p.postUntaken(ctx, cur, message, keepOthers) == nil {
 			return
 		}
 	}
@@ -342,11 +342,13 @@ func (p *Provisioner) retryUntaken(ctx context.Context, claim *corev1.Persistent
 // postUntaken creates the claim's untaken-claim event (a Warning
 // ProvisioningFailed from this node). If another node (or this one before a
 // restart) created it, it renews it when its last time is
-// events.RefreshInterval old: count + 1, the time, this node's message;
-// otherwise that node's explanation stands. It returns the error of a
+// events.RefreshInterval old: count + 1, the time, and this node's message
+// unless keepOthers (a node the class excludes, whose reason must not
+// replace an allowed node's); otherwise that node's explanation stands.
+// It returns the error of a
 // write that failed (logged); a write that another node's made needless is
 // no error.
-func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string) error {
+func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentVolumeClaim, message string, keepOthers bool) error {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	now := metav1.NewTime(p.cfg.clock.Now())
 	name := string(claim.UID) + untakenEventSuffix
@@ -372,7 +374,12 @@ func (p *Provisioner) postUntaken(ctx context.Context, claim *corev1.PersistentV
 				return nil
 			}
 			cur.Count++
-			cur.LastTimestamp, cur.Message, cur.Source = now, message, source
+			cur.LastTimestamp = now
+			// An excluded node (keepOthers) keeps another node's reason
+			// alive instead of replacing it with its own.
+			if !keepOthers || cur.Source.Host == p.node.NodeName {
+				cur.Message, cur.Source = message, source
+			}
 			_, err = client.Update(ctx, cur, metav1.UpdateOptions{})
 		}
 		if apierrors.IsConflict(err) {

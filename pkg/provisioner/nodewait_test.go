@@ -477,3 +477,51 @@ func TestNodeDeploymentExplainUntakenRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeDeploymentExcludedNodeKeepsCapacityReason: node n1, which the
+// class allows, explained an Immediate claim (not enough capacity). This
+// node, which the class's allowedTopologies exclude, declines at every
+// sync without an owner delay, so it renews the claim's event before n1
+// does; the renewal keeps n1's reason, the real one, and only counts.
+func TestNodeDeploymentExcludedNodeKeepsCapacityReason(t *testing.T) {
+	const maxDelay = 20 * time.Second
+	const capacityReason = "no node took the claim within 30s: node n1 has not enough capacity: 1 bytes available, 1073741824 requested"
+	clk := clocktesting.NewFakeClock(time.Now())
+	nd := testNodeDeployment(func(nd *NodeDeployment) {
+		nd.BaseDelay, nd.MaxDelay, nd.ImmediateBinding = 10*time.Second, maxDelay, true
+	})
+	claim := newClaim("c").Obj()
+	class := newClass().AllowedTopology(keyZone, "a").Obj() // this node is in z9
+	at := metav1.NewTime(clk.Now().Add(-time.Minute))
+	existing := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "uid-c" + untakenEventSuffix, Namespace: testNS},
+		Reason:     reasonProvisioningFailed, Message: capacityReason, Source: corev1.EventSource{Host: "n1"},
+		FirstTimestamp: at, LastTimestamp: at, Count: 1,
+	}
+	h := newHarness(t, topologyCaps(), append(cluster(), claim, class, existing), WithNodeDeployment(nd), WithClock(clk))
+	h.client.PrependReactor("get", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("events"), "", errors.New("no get in the ClusterRole"))
+	})
+	sync := func() {
+		t.Helper()
+		if h.p.ShouldProvision(h.ctx, claim) {
+			t.Fatal("ShouldProvision = true on an excluded node")
+		}
+	}
+	sync()
+	clk.Step(untakenExcludedGraceFactor * maxDelay) // its create meets n1's event
+	testutil.Eventually(t, 0, "this node's first explanation", func(context.Context) (bool, error) {
+		return countOf(h.writes(), "create events") >= 1, nil
+	})
+	// Still Pending: the library syncs the claim again RefreshInterval
+	// later; the renewal is written in the sync.
+	clk.Step(events.RefreshInterval)
+	sync()
+	list, err := h.client.CoreV1().Events(testNS).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("events = %v, %v; want one", list, err)
+	}
+	if ev := list.Items[0]; !strings.HasPrefix(ev.Message, capacityReason) || ev.Source.Host != "n1" || ev.Count != 2 {
+		t.Errorf("event %q from %q, count %d; want n1's capacity reason kept, count 2", ev.Message, ev.Source.Host, ev.Count)
+	}
+}
