@@ -73,8 +73,24 @@ func (f *finishedDeletions) lagsBehind(pv *corev1.PersistentVolume) bool {
 //     no CreateVolume for the claim is in flight (see libraryClaims);
 //   - a PV create that fails is explained on its claim (see unsavedVolume).
 func (p *Provisioner) LibraryClient(client kubernetes.Interface) kubernetes.Interface {
-	gone := goneCheck{handles: p.goneHandles, source: p.csiVolume}
-	return libraryClient{Interface: client, finished: p.finished, gone: gone, attempts: p.attempts, reschedules: p.reschedules, unsaved: p.unsavedVolume}
+	return libraryClient{Interface: client, libraryHooks: &libraryHooks{
+		unsaved:     p.unsavedVolume,
+		finished:    p.finished,
+		gone:        goneCheck{handles: p.goneHandles, source: p.csiVolume},
+		attempts:    p.attempts,
+		reschedules: p.reschedules,
+	}}
+}
+
+// libraryHooks is what the wrappers of the library's clients (client,
+// CoreV1, PersistentVolumes, PersistentVolumeClaims) consult; each wrapper
+// shares its parent's.
+type libraryHooks struct {
+	unsaved     func(*corev1.PersistentVolume, error)
+	finished    *finishedDeletions
+	gone        goneCheck
+	attempts    *ledger
+	reschedules *rescheduleNotes
 }
 
 // unsavedVolume posts a Warning on the claim of pv, whose create failed
@@ -100,35 +116,25 @@ func (p *Provisioner) unsavedVolume(pv *corev1.PersistentVolume, err error) {
 
 type libraryClient struct {
 	kubernetes.Interface
-	unsaved     func(*corev1.PersistentVolume, error)
-	finished    *finishedDeletions
-	gone        goneCheck
-	attempts    *ledger
-	reschedules *rescheduleNotes
+	*libraryHooks
 }
 
 func (c libraryClient) CoreV1() typedcorev1.CoreV1Interface {
-	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), unsaved: c.unsaved, finished: c.finished, gone: c.gone, attempts: c.attempts, reschedules: c.reschedules}
+	return libraryCoreV1{CoreV1Interface: c.Interface.CoreV1(), libraryHooks: c.libraryHooks}
 }
 
 type libraryCoreV1 struct {
 	typedcorev1.CoreV1Interface
-	unsaved     func(*corev1.PersistentVolume, error)
-	finished    *finishedDeletions
-	gone        goneCheck
-	attempts    *ledger
-	reschedules *rescheduleNotes
+	*libraryHooks
 }
 
 func (c libraryCoreV1) PersistentVolumes() typedcorev1.PersistentVolumeInterface {
-	return libraryVolumes{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), unsaved: c.unsaved, finished: c.finished, gone: c.gone}
+	return libraryVolumes{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), libraryHooks: c.libraryHooks}
 }
 
 type libraryVolumes struct {
 	typedcorev1.PersistentVolumeInterface
-	unsaved  func(*corev1.PersistentVolume, error)
-	finished *finishedDeletions
-	gone     goneCheck
+	*libraryHooks
 }
 
 // Create creates pv, unless its volume (the CSI one, or the translated

@@ -16,7 +16,7 @@ import (
 )
 
 func (c libraryCoreV1) PersistentVolumeClaims(namespace string) typedcorev1.PersistentVolumeClaimInterface {
-	return libraryClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace), attempts: c.attempts, reschedules: c.reschedules}
+	return libraryClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace), libraryHooks: c.libraryHooks}
 }
 
 // libraryClaims is the provisioning library's claim client. The library
@@ -34,8 +34,7 @@ func (c libraryCoreV1) PersistentVolumeClaims(namespace string) typedcorev1.Pers
 // find out: the claim would stay Terminating.
 type libraryClaims struct {
 	typedcorev1.PersistentVolumeClaimInterface
-	attempts    *ledger
-	reschedules *rescheduleNotes
+	*libraryHooks
 }
 
 func (c libraryClaims) Update(ctx context.Context, claim *corev1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*corev1.PersistentVolumeClaim, error) {

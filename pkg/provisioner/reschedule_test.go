@@ -45,7 +45,7 @@ func TestLibraryReschedule(t *testing.T) {
 			if tt.ledger != nil {
 				tt.ledger(l)
 			}
-			claims := libraryClient{Interface: client, attempts: l}.CoreV1().PersistentVolumeClaims(testNS)
+			claims := libraryClient{Interface: client, libraryHooks: &libraryHooks{attempts: l}}.CoreV1().PersistentVolumeClaims(testNS)
 			sent := tt.claim.DeepCopy()
 			got, err := claims.Update(t.Context(), sent, metav1.UpdateOptions{})
 			if err != nil {
@@ -116,7 +116,7 @@ func TestLibraryRescheduleConflict(t *testing.T) {
 				// which had selected-node n1.
 				notes.note(newClaim("c").Annotation(storagehelpers.AnnSelectedNode, "n1").Obj())
 			}
-			claims := libraryClient{Interface: client, attempts: l, reschedules: notes}.CoreV1().PersistentVolumeClaims(testNS)
+			claims := libraryClient{Interface: client, libraryHooks: &libraryHooks{attempts: l, reschedules: notes}}.CoreV1().PersistentVolumeClaims(testNS)
 			got, err := claims.Update(t.Context(), tt.sent, metav1.UpdateOptions{})
 			if _, noted := notes.take("uid-c"); noted && !metav1.HasAnnotation(tt.sent.ObjectMeta, storagehelpers.AnnSelectedNode) {
 				t.Error("the note is still held after the reschedule Update")
