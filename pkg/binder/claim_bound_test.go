@@ -213,6 +213,9 @@ func TestSyncBoundClaim(t *testing.T) {
 	// the volume's sync made it Available (upstream's 4-2).
 	pvUIDRemoved := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Annotation(annBoundByCtrl, "yes").Phase(corev1.VolumeAvailable).Obj()
 	otherBound := claimB("other").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	lostNamed := func(name string) *corev1.PersistentVolumeClaim {
+		return claimB(name).Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
+	}
 	pvLabelled := volumeB("pv1").Class("fast").Label("tier", "bronze").Obj()
 	c1Sel := c1.DeepCopy()
 	c1Sel.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
@@ -321,6 +324,14 @@ func TestSyncBoundClaim(t *testing.T) {
 			// claimRef was then removed by hand.
 			name:    "3-3-2 a Lost claim does not re-bind a volume whose claimRef was removed while another claim is still bound to it",
 			objects: objs(classFast(), c1Lost, otherBound, pvUnbound),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
+			// The same with Lost claims naming pv1 too: the index returns
+			// them in a map's order, and any of them must not hide other.
+			name:    "3-3-3 a Lost claim does not re-bind a volume another claim is bound to, whatever Lost claims also name it",
+			objects: objs(classFast(), c1Lost, lostNamed("lost-a"), lostNamed("lost-b"), lostNamed("lost-c"), lostNamed("lost-d"), lostNamed("lost-e"), lostNamed("lost-f"), lostNamed("lost-g"), otherBound, pvUnbound),
 			sync:    "pvc/c1",
 			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
 		},

@@ -91,16 +91,30 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 // another claim, one the claimRef was edited away from), that completed a
 // binding to pv and still names it in spec.volumeName, or nil. A claim
 // being deleted counts: kubernetes.io/pvc-protection keeps it while pods
-// still use the volume, and its deletion queues the volume again.
+// still use the volume, and its deletion queues the volume again. Of
+// several such claims it returns one that is not Lost if there is one (the
+// index's order is a map's), so that a caller asking whether a claim still
+// uses the volume is not answered with a claim that lost it.
 func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.ObjectReference) *corev1.PersistentVolumeClaim {
 	other := func(c *corev1.PersistentVolumeClaim) bool {
 		return c.UID != ref.UID || claimKey(c) != claimRefKey(ref)
 	}
 	if objs, err := b.pvcInformer.GetIndexer().ByIndex(indexClaimByVolume, pv.Name); err == nil {
+		var first *corev1.PersistentVolumeClaim
 		for _, obj := range objs {
-			if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && other(c) {
+			c, ok := obj.(*corev1.PersistentVolumeClaim)
+			if !ok || !other(c) {
+				continue
+			}
+			if c.Status.Phase != corev1.ClaimLost {
 				return c
 			}
+			if first == nil {
+				first = c
+			}
+		}
+		if first != nil {
+			return first
 		}
 	}
 	// A claim bound to the volume named after it has no index entry (see
