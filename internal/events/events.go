@@ -16,6 +16,7 @@ package events
 import (
 	"container/list"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,6 +163,11 @@ func (d *Deduplicator) Forget(uid types.UID) {
 	}
 }
 
+// aggregatedPrefix starts the message of an event that client-go's event
+// correlator aggregated (the 11th similar event of an object within ten
+// minutes): the message the recorder was given follows it.
+const aggregatedPrefix = "(combined from similar events): "
+
 // Unwritten undoes the remembering of event, which was forwarded but never
 // written (a [Writer] gave up on it, see WriterOptions.OnDrop): if it is
 // still the last event remembered for its object, it is forgotten, so that
@@ -176,7 +182,7 @@ func (d *Deduplicator) Unwritten(event *corev1.Event) {
 	if !ok {
 		return
 	}
-	if e := el.Value.(*entry); e.is(event.Type, event.Reason, event.Message) {
+	if e := el.Value.(*entry); e.is(event.Type, event.Reason, event.Message) || e.is(event.Type, event.Reason, strings.TrimPrefix(event.Message, aggregatedPrefix)) {
 		d.order.Remove(el)
 		delete(d.byKey, key)
 	}

@@ -202,6 +202,7 @@ func TestDeduplicatorUnwritten(t *testing.T) {
 		wantRepeats bool
 	}{
 		{name: "the last event: forgotten", unwritten: unwritten("ProvisioningFailed", "no space")},
+		{name: "the last event, aggregated by client-go's correlator: forgotten", unwritten: unwritten("ProvisioningFailed", "(combined from similar events): no space")},
 		{name: "an earlier event: kept", unwritten: unwritten("ProvisioningFailed", "older cause"), wantRepeats: true},
 		{name: "another object's: kept", unwritten: &corev1.Event{InvolvedObject: corev1.ObjectReference{UID: "other"}, Type: corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: "no space"}, wantRepeats: true},
 	}
