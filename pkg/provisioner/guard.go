@@ -50,7 +50,8 @@ const guardQueueName = "inflight_guard"
 // keeps the finalizer and gets a Warning event saying what to check, and
 // so does a late-binding claim deleted without a selected node whose
 // create this process knows nothing of (see libraryClaims for how a
-// reschedule normally avoids that).
+// reschedule normally avoids that), and a deleted claim whose class is
+// gone while its create may have been in flight.
 func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 	logger := klog.FromContext(ctx).WithName("inflight-guard")
 	ctx = klog.NewContext(ctx, logger)
@@ -161,6 +162,14 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
 			"the claim is being deleted, and was handed to another provisioner while a CreateVolume for it may have been in progress; finalizer %s stays so that a volume named %s of driver %s cannot leak: delete that volume in the storage backend if it exists, then remove the finalizer",
 			inflight.Finalizer, p.VolumeName(claim), p.name))
+	case deleting && !bound && p.classMissing(claim) && (p.attempts.state(claim.UID) == attemptUnknown || p.attempts.state(claim.UID) == attemptSent):
+		// The library needs the class to send the CreateVolume whose
+		// answer would release the claim (the class's parameters and
+		// secrets): it retries for ever, with only the binder's "not
+		// found" on the claim, which does not say why it stays.
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, fmt.Sprintf(
+			"the claim is being deleted, a CreateVolume for it may have been in progress, and its StorageClass %s no longer exists, so the provisioner cannot ask the driver again; finalizer %s stays so that a volume named %s of driver %s cannot leak: recreate the class, or delete that volume in the storage backend if it exists, then remove the finalizer",
+			storagehelpers.GetPersistentVolumeClaimClass(claim), inflight.Finalizer, p.VolumeName(claim), p.name))
 	case deleting && !bound && p.attempts.state(claim.UID) == attemptUnknown && p.waitsForNode(claim):
 		// The library never provisions a late-binding claim without a
 		// selected node, so no CreateVolume answer will release it.
@@ -170,6 +179,17 @@ func (p *Provisioner) guardSync(ctx context.Context, key string) error {
 	}
 	logger.V(4).Info("Keeping the in-flight finalizer: no PV records the volume yet", "bound", bound, "deleting", deleting)
 	return nil
+}
+
+// classMissing reports whether the StorageClass claim names is not in the
+// informer.
+func (p *Provisioner) classMissing(claim *corev1.PersistentVolumeClaim) bool {
+	name := storagehelpers.GetPersistentVolumeClaimClass(claim)
+	if name == "" {
+		return false
+	}
+	_, err := p.classes.Get(name)
+	return apierrors.IsNotFound(err)
 }
 
 // waitsForNode reports whether claim is of a WaitForFirstConsumer class and

@@ -36,7 +36,8 @@ func TestGuardSync(t *testing.T) {
 		name       string
 		claim      *corev1.PersistentVolumeClaim
 		pvs        func(*corev1.PersistentVolumeClaim) []runtime.Object
-		class      *storagev1.StorageClass
+		class      *storagev1.StorageClass // newClass() unless set or classGone
+		classGone  bool
 		binderOff  bool
 		ledger     func(*ledger)
 		failUpdate bool
@@ -112,6 +113,20 @@ func TestGuardSync(t *testing.T) {
 		},
 		{name: "being deleted, create in flight", claim: guarded().Deleted().Obj(), ledger: func(l *ledger) { l.begin("uid-c") }, wantKept: true},
 		{name: "being deleted, nothing known (after a restart)", claim: guarded().Deleted().Obj(), wantKept: true},
+		{
+			name: "being deleted, class gone, nothing known: kept, with a warning", claim: guarded().Deleted().Obj(), wantKept: true, classGone: true,
+			wantEvent: "Warning ProvisioningFailed the claim is being deleted, a CreateVolume for it may have been in progress, and its StorageClass " + testClass +
+				" no longer exists, so the provisioner cannot ask the driver again; finalizer " + inflight.Finalizer + " stays so that a volume named pvc-uid-c of driver " + testDriver + " cannot leak: recreate the class",
+		},
+		{
+			name: "being deleted, class gone, create sent without a final answer: kept, with a warning", claim: guarded().Deleted().Obj(), wantKept: true, classGone: true,
+			ledger:    func(l *ledger) { l.begin("uid-c") },
+			wantEvent: "Warning ProvisioningFailed the claim is being deleted, a CreateVolume for it may have been in progress, and its StorageClass " + testClass + " no longer exists",
+		},
+		{
+			name: "being deleted, class gone, volume created and its PV being saved: kept (the PV releases it)", claim: guarded().Deleted().Obj(), wantKept: true, classGone: true,
+			ledger: func(l *ledger) { l.begin("uid-c"); l.created("uid-c") },
+		},
 		{
 			name: "being deleted, late binding, no node selected, nothing known: kept, with a warning", claim: guarded().Deleted().Obj(),
 			class: newClass().WaitForFirstConsumer().Obj(), wantKept: true,
@@ -197,8 +212,11 @@ func TestGuardSync(t *testing.T) {
 			if tt.pvs != nil {
 				o = append(o, tt.pvs(tt.claim)...)
 			}
-			if tt.class != nil {
+			switch {
+			case tt.class != nil:
 				o = append(o, tt.class)
+			case !tt.classGone:
+				o = append(o, newClass().Obj())
 			}
 			h := newHarness(t, baseCaps(), o, WithBinderEnabled(!tt.binderOff))
 			if tt.ledger != nil {

@@ -68,6 +68,47 @@ func TestKillDuringCreateVolumeThenBoundElsewhere(t *testing.T) {
 	s.waitPVPhase(static.Name, corev1.VolumeReleased) // Retain: kept, Released
 }
 
+// TestKillDuringCreateVolumeThenClassDeleted: the sidecar is killed while
+// the driver creates a claim's volume, and before it restarts the claim's
+// StorageClass and then the claim are deleted. The restarted sidecar
+// cannot ask the driver again without the class (its parameters and
+// secrets), so the claim stays with the in-flight finalizer and gets a
+// Warning that says why and what to do. Recreating the class lets the
+// provisioner finish: the volume gets its PV, which is reclaimed, and the
+// claim goes with nothing left.
+func TestKillDuringCreateVolumeThenClassDeleted(t *testing.T) {
+	s := newStack(t, stackConfig{driverArgs: []string{"--create-latency=4s"}, sidecarArgs: []string{"--timeout=30s"}})
+	sc := s.class("gone", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "orphan").Class(sc.Name))
+	ctx := t.Context()
+	s.waitCreateVolumeStarted(claim)
+	s.kill()
+
+	classes := s.c.StorageV1().StorageClasses()
+	if err := classes.Delete(ctx, sc.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sidecar.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent(s.ns, string(claim.UID), "Warning", "ProvisioningFailed",
+		"its StorageClass "+sc.Name+" no longer exists, so the provisioner cannot ask the driver again; finalizer "+inflight.Finalizer+
+			" stays so that a volume named pvc-"+string(claim.UID)+" of driver "+s.driver.Name+" cannot leak: recreate the class")
+	if got := s.getClaim(claim.Name); got == nil || !inflight.Has(got) {
+		t.Fatalf("claim = %v, want it kept by %s", got, inflight.Finalizer)
+	}
+
+	// Follow the Warning: recreate the class.
+	sc.ResourceVersion, sc.UID = "", ""
+	if _, err := classes.Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(claim.Name, "pvc-"+string(claim.UID))
+}
+
 // updateClaim applies change to the claim name, retrying on conflicts.
 func (s *stack) updateClaim(name string, change func(*corev1.PersistentVolumeClaim)) {
 	s.t.Helper()
