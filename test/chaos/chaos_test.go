@@ -535,6 +535,10 @@ func (s *stack) summary(st stats, seed uint64, fs finalState, records []Record, 
 		InvClaimBound, InvNoDoubleBind, InvNoLeak, InvNoMissing, len(fs.violations),
 		InvNoEarlyRelease, InvNoEarlyDelete, InvRetainKept, InvNoDoubleBind, st.historyChecks, len(history))
 	s.t.Log(b.String())
+	// The invariants hold vacuously for a path the run never took.
+	if len(deletedInFlight) == 0 {
+		s.t.Errorf("no claim was seen deleted before it was bound while it carried the in-flight finalizer (%d deletions planned right after creation): the run did not exercise a deletion during CreateVolume", st.inFlightDeletes)
+	}
 }
 
 func formatViolations(vs []Violation) string {
