@@ -532,6 +532,46 @@ func TestShouldProvision(t *testing.T) {
 	}
 }
 
+// TestShouldProvisionVolumeNameTaken: with --volume-name-uuid-length two
+// claims' UIDs can start alike, so the volume name of one is the name of
+// the other's PV. The library would skip the claim without a word (a PV of
+// its name exists); it is explained instead, and not provisioned.
+func TestShouldProvisionVolumeNameTaken(t *testing.T) {
+	claim := newClaim("c").Obj() // UID uid-c: volume pvc-uidc when cut to 4
+	tests := []struct {
+		name      string
+		uuidLen   int
+		pv        *corev1.PersistentVolume
+		want      bool
+		wantEvent string
+	}{
+		{
+			name: "truncated UID shared with a bound claim's volume", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).ClaimRef("other", "c2", "uid-c2").Obj(),
+			wantEvent: "Warning ProvisioningFailed the volume name pvc-uidc of this claim is taken: PersistentVolume pvc-uidc records claim other/c2 (UID uid-c2); " +
+				"--volume-name-uuid-length=4 keeps the first 4 characters of the claim's UID, which another claim shares. Delete this claim and create it again: it gets another UID",
+		},
+		{name: "the claim's own volume", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).BoundTo(claim).Obj(), want: true},
+		{name: "a volume of that name pre-bound by name only", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).ClaimRef(testNS, "c", "").Obj(), want: true},
+		{name: "a volume of that name without claimRef", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).Obj(), want: true},
+		{
+			name: "whole UID, a PV of that name made by hand for another claim", uuidLen: -1, pv: testutil.NewPV("pvc-uid-c", testDriver).ClaimRef("other", "c2", "uid-c2").Obj(),
+			wantEvent: "Warning ProvisioningFailed the volume name pvc-uid-c of this claim is taken: PersistentVolume pvc-uid-c records claim other/c2 (UID uid-c2); a PersistentVolume of that name exists.",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, baseCaps(), objs(newClass().Obj(), tt.pv), WithVolumeNameUUIDLength(tt.uuidLen))
+			if got := h.p.ShouldProvision(h.ctx, claim); got != tt.want {
+				t.Errorf("ShouldProvision = %v, want %v", got, tt.want)
+			}
+			events := h.events()
+			if tt.wantEvent == "" && len(events) > 0 || tt.wantEvent != "" && (len(events) != 1 || !strings.HasPrefix(events[0], tt.wantEvent)) {
+				t.Errorf("events = %q, want %q", events, tt.wantEvent)
+			}
+		})
+	}
+}
+
 func unannotatedClaim(name string) *corev1.PersistentVolumeClaim {
 	return testutil.NewPVC(testNS, name).UID("uid-" + name).Class(testClass).Obj()
 }

@@ -318,7 +318,31 @@ func (p *Provisioner) shouldProvision(ctx context.Context, claim *corev1.Persist
 			fmt.Sprintf("the claim is annotated for %s but its storageclass %q names provisioner %q", p.name, className, class.Provisioner))
 		return false
 	}
+	if msg := p.volumeNameTaken(claim); msg != "" {
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
+		return false
+	}
 	return true
+}
+
+// volumeNameTaken returns why the claim cannot get its volume name, when a
+// PV of that name records another claim; "" otherwise. With
+// --volume-name-uuid-length two claims' UIDs can start alike; the library
+// would skip the claim in silence (a PV of its name exists), and a
+// CreateVolume of that name would return the other claim's volume.
+func (p *Provisioner) volumeNameTaken(claim *corev1.PersistentVolumeClaim) string {
+	name := p.VolumeName(claim)
+	pv, ok := p.cachedVolume(name).(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID == "" || pv.Spec.ClaimRef.UID == claim.UID {
+		return ""
+	}
+	ref := pv.Spec.ClaimRef
+	why := "a PersistentVolume of that name exists"
+	if n := p.cfg.volumeNameUUIDLength; n >= 0 {
+		why = fmt.Sprintf("--volume-name-uuid-length=%d keeps the first %d characters of the claim's UID, which another claim shares", n, n)
+	}
+	return fmt.Sprintf("the volume name %s of this claim is taken: PersistentVolume %s records claim %s/%s (UID %s); %s. Delete this claim and create it again: it gets another UID",
+		name, pv.Name, ref.Namespace, ref.Name, ref.UID, why)
 }
 
 // CheckProvision is the binder's ProvisionChecker: it returns nil when a

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -126,5 +128,71 @@ func TestVolumeNamesDeleteDuringCreate(t *testing.T) {
 				t.Errorf("PV %s of the deleted claim is left", pv.Name)
 			}
 		})
+	}
+}
+
+// TestVolumeNameCollision: with --volume-name-uuid-length=1 there are 16
+// volume names, so of 17 claims at least two share one. The claims are
+// created one at a time, each waited for until it is Bound or told that
+// its volume name is taken. A claim whose name is taken gets no volume
+// (a CreateVolume of that name would return the other claim's), stays
+// Pending with a Warning that names the PV and says what to do; deleting
+// it, as the Warning says, leaves the other claim's volume alone.
+func TestVolumeNameCollision(t *testing.T) {
+	s := newStack(t, stackConfig{memory: true, sidecarArgs: []string{"--volume-name-uuid-length=1"}})
+	ctx := t.Context()
+	sc := s.class("short", nil)
+	var bound, taken []*corev1.PersistentVolumeClaim
+	for i := range 17 {
+		claim := s.claim(testutil.NewPVC(s.ns, fmt.Sprintf("c-%02d", i)).Class(sc.Name))
+		testutil.Eventually(t, 0, "claim "+claim.Name+" neither Bound nor told its volume name is taken", func(ctx context.Context) (bool, error) {
+			got, err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, claim.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if got.Status.Phase == corev1.ClaimBound {
+				bound = append(bound, got)
+				return true, nil
+			}
+			for _, e := range s.events(s.ns, string(claim.UID)) {
+				if strings.HasPrefix(e, "Warning ProvisioningFailed: the volume name pvc-") && strings.Contains(e, "of this claim is taken: PersistentVolume pvc-") &&
+					strings.Contains(e, "--volume-name-uuid-length=1 keeps the first 1 characters of the claim's UID, which another claim shares. Delete this claim and create it again") {
+					taken = append(taken, got)
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	if len(taken) == 0 || len(bound)+len(taken) != 17 {
+		t.Fatalf("%d claims Bound and %d told their volume name is taken, want 17 in all with at least one taken", len(bound), len(taken))
+	}
+	ids, err := s.driver.VolumeIDs(ctx)
+	if err != nil || len(ids) != len(bound) {
+		t.Fatalf("driver volumes = %v, %v; want one per Bound claim (%d)", ids, err, len(bound))
+	}
+	for _, c := range taken {
+		if got := s.getClaim(c.Name); got.Spec.VolumeName != "" || got.Status.Phase != corev1.ClaimPending {
+			t.Errorf("claim %s whose volume name is taken: volumeName %q, phase %s; want Pending without a volume", c.Name, got.Spec.VolumeName, got.Status.Phase)
+		}
+		if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.waitClaimGone(c.Name, "claim "+c.Name+" whose volume name is taken not deleted")
+	}
+	after, err := s.driver.VolumeIDs(ctx)
+	if err != nil || !slices.Equal(after, ids) {
+		t.Fatalf("driver volumes after deleting the claims whose name was taken = %v, %v; want %v", after, err, ids)
+	}
+	for _, c := range bound {
+		if got := s.getClaim(c.Name); got.Status.Phase != corev1.ClaimBound {
+			t.Errorf("claim %s is %s after the others went, want Bound", c.Name, got.Status.Phase)
+		}
+		if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range bound {
+		s.waitGone(c.Name, c.Spec.VolumeName)
 	}
 }
