@@ -541,6 +541,7 @@ func TestShouldProvisionVolumeNameTaken(t *testing.T) {
 	tests := []struct {
 		name      string
 		uuidLen   int
+		claim     *corev1.PersistentVolumeClaim // claim unless set
 		pv        *corev1.PersistentVolume
 		want      bool
 		wantEvent string
@@ -549,6 +550,13 @@ func TestShouldProvisionVolumeNameTaken(t *testing.T) {
 			name: "truncated UID shared with a bound claim's volume", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).ClaimRef("other", "c2", "uid-c2").Obj(),
 			wantEvent: "Warning ProvisioningFailed the volume name pvc-uidc of this claim is taken: PersistentVolume pvc-uidc records claim other/c2 (UID uid-c2); " +
 				"--volume-name-uuid-length=4 keeps the first 4 characters of the claim's UID, which another claim shares. Delete this claim and create it again: it gets another UID",
+		},
+		{
+			name: "truncated UID shared, the claim being deleted with the in-flight finalizer", uuidLen: 4, claim: newClaim("c").Deleted().Finalizers(inflight.Finalizer).Obj(),
+			pv: testutil.NewPV("pvc-uidc", testDriver).ClaimRef("other", "c2", "uid-c2").Obj(),
+			wantEvent: "Warning ProvisioningFailed the volume name pvc-uidc of this claim is taken: PersistentVolume pvc-uidc records claim other/c2 (UID uid-c2); " +
+				"--volume-name-uuid-length=4 keeps the first 4 characters of the claim's UID, which another claim shares. The claim is being deleted and keeps finalizer " + inflight.Finalizer +
+				" in case a CreateVolume for it ran",
 		},
 		{name: "the claim's own volume", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).BoundTo(claim).Obj(), want: true},
 		{name: "a volume of that name pre-bound by name only", uuidLen: 4, pv: testutil.NewPV("pvc-uidc", testDriver).ClaimRef(testNS, "c", "").Obj(), want: true},
@@ -561,7 +569,11 @@ func TestShouldProvisionVolumeNameTaken(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, baseCaps(), objs(newClass().Obj(), tt.pv), WithVolumeNameUUIDLength(tt.uuidLen))
-			if got := h.p.ShouldProvision(h.ctx, claim); got != tt.want {
+			c := claim
+			if tt.claim != nil {
+				c = tt.claim
+			}
+			if got := h.p.ShouldProvision(h.ctx, c); got != tt.want {
 				t.Errorf("ShouldProvision = %v, want %v", got, tt.want)
 			}
 			events := h.events()

@@ -341,8 +341,13 @@ func (p *Provisioner) volumeNameTaken(claim *corev1.PersistentVolumeClaim) strin
 	if n := p.cfg.volumeNameUUIDLength; n >= 0 {
 		why = fmt.Sprintf("--volume-name-uuid-length=%d keeps the first %d characters of the claim's UID, which another claim shares", n, n)
 	}
-	return fmt.Sprintf("the volume name %s of this claim is taken: PersistentVolume %s records claim %s/%s (UID %s); %s. Delete this claim and create it again: it gets another UID",
-		name, pv.Name, ref.Namespace, ref.Name, ref.UID, why)
+	advice := "Delete this claim and create it again: it gets another UID"
+	if claim.DeletionTimestamp != nil {
+		advice = fmt.Sprintf("The claim is being deleted and keeps finalizer %s in case a CreateVolume for it ran: a driver answers a CreateVolume of that name with the volume of that name, which PersistentVolume %s records. Unless that volume is gone from the storage backend, nothing of this claim can leak: remove the finalizer",
+			inflight.Finalizer, pv.Name)
+	}
+	return fmt.Sprintf("the volume name %s of this claim is taken: PersistentVolume %s records claim %s/%s (UID %s); %s. %s",
+		name, pv.Name, ref.Namespace, ref.Name, ref.UID, why, advice)
 }
 
 // CheckProvision is the binder's ProvisionChecker: it returns nil when a
