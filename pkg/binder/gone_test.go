@@ -2,6 +2,7 @@ package binder
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -144,5 +145,44 @@ func TestGoneClaimAddedDuringWalk(t *testing.T) {
 	}
 	if user := f.binder.otherClaimBoundTo(pv, pv.Spec.ClaimRef); user == nil || user.Name != "c1" {
 		t.Errorf("otherClaimBoundTo = %v, want c1, which is bound to the volume", user)
+	}
+}
+
+// TestGoneClaimBackThroughRelistUpdate: a claim recorded as gone by a walk
+// while the claim informer was stale (it still held an older claim of the
+// same name) comes back through the relist as an update from the older
+// claim to it, not as an add. Its gone record must go as with an add:
+// otherwise the in-use guard of its volume is off for goneClaimTTL (an
+// hour), and a volume whose claimRef was edited away while the claim is
+// still bound to it is released (and, with policy Delete, deleted).
+func TestGoneClaimBackThroughRelistUpdate(t *testing.T) {
+	old := claimB("c1").UID("uid-c1-old").Class("fast").Obj() // deleted while the watch was down
+	c1 := claimB("c1").Class("fast").VolumeName("pvc-uid-c1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	pv := volumeB("pvc-uid-c1").Class("fast").Annotation(annProvisionedBy, driver).BoundTo(c1).Phase(corev1.VolumeBound).Obj()
+	// The claimRef edited away from c1, to a claim that does not exist.
+	pv.Spec.ClaimRef.Name, pv.Spec.ClaimRef.UID = "ghost", "uid-ghost"
+	f := newFixture(t, objs(classFast(), pv, c1), WithUIDNamedVolumes("pvc"))
+
+	// The claim watch broke; the cache still has the older claim c1.
+	f.putInInformer(old)
+	f.binder.onClaimAdd(old)
+	if user := f.binder.otherClaimBoundTo(pv, pv.Spec.ClaimRef); user != nil {
+		t.Fatalf("otherClaimBoundTo = %s while the cache lacks c1, want none", user.Name)
+	}
+	// The relist: an update from the older claim to c1.
+	f.putInInformer(c1)
+	f.binder.onClaimUpdate(old, c1)
+	if f.binder.gone.Has(c1.UID) {
+		t.Error("c1 is cached but still recorded as gone")
+	}
+	f.actions()
+	if _, err := f.runSync("pv/pvc-uid-c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.volume("pvc-uid-c1").Status.Phase; got != corev1.VolumeBound {
+		t.Errorf("volume phase = %s, want Bound: claim c1 is still bound to it (writes %v, events %v)", got, writesOnly(f.actions()), f.events.take())
+	}
+	if ev := strings.Join(f.events.take(), "\n"); !strings.Contains(ev, reasonVolumeStillInUse) {
+		t.Errorf("events %q, want %s", ev, reasonVolumeStillInUse)
 	}
 }

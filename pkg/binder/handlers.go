@@ -174,6 +174,14 @@ func (b *Binder) onClaimUpdate(oldObj, newObj interface{}) {
 	if !ok {
 		return
 	}
+	if old, ok := oldObj.(*corev1.PersistentVolumeClaim); ok && old.UID != claim.UID {
+		// A relist replaced a claim deleted while the watch was down by a
+		// new one of the same name: the one's deletion and the other's
+		// addition (which clears a gone record of its UID).
+		b.onClaimDelete(old)
+		b.onClaimAdd(claim)
+		return
+	}
 	key := claimKey(claim)
 	b.claims.observe(key, claim)
 	b.claimQueue.Add(key)
