@@ -67,7 +67,7 @@ func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 
 	claimReg, err := p.claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { p.enqueueClaim(queue, obj) },
-		UpdateFunc: func(_, obj interface{}) { p.enqueueClaim(queue, obj) },
+		UpdateFunc: func(old, obj interface{}) { p.claimUpdated(queue, old, obj) },
 		DeleteFunc: p.forgetClaim,
 	})
 	if err != nil {
@@ -267,6 +267,17 @@ func annotatedForAny(claim *corev1.PersistentVolumeClaim) bool {
 	_, ga := claim.Annotations[storagehelpers.AnnStorageProvisioner]
 	_, beta := claim.Annotations[storagehelpers.AnnBetaStorageProvisioner]
 	return ga || beta
+}
+
+// claimUpdated queues the claim as enqueueClaim does. An update from one
+// UID to another is a relist's report of a claim deleted while the watch
+// was down and created again under its name: the old one is forgotten.
+func (p *Provisioner) claimUpdated(queue workqueue.TypedInterface[string], oldObj, obj interface{}) {
+	old, okOld := oldObj.(*corev1.PersistentVolumeClaim)
+	if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok && okOld && old.UID != claim.UID {
+		p.forgetClaim(old)
+	}
+	p.enqueueClaim(queue, obj)
 }
 
 // forgetClaim drops what the provisioner knows about a deleted claim.

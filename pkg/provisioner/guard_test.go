@@ -526,3 +526,23 @@ func TestEnqueueForgetsBoundClaim(t *testing.T) {
 		t.Errorf("%d keys queued, want none", n)
 	}
 }
+
+// TestGuardForgetsClaimReplacedThroughRelist: a claim deleted and created
+// again under its name while the watch was down comes back as one update
+// from the old UID to the new; what the provisioner kept about the old
+// claim goes, as it would on a delete.
+func TestGuardForgetsClaimReplacedThroughRelist(t *testing.T) {
+	old := newClaim("c").UID("uid-old").Finalizers(inflight.Finalizer).Obj()
+	cur := newClaim("c").UID("uid-new").Obj()
+	h := newHarness(t, baseCaps(), objs(newClass().Obj(), cur))
+	h.p.attempts.begin(old.UID)
+	queue := workqueue.NewTyped[string]()
+	defer queue.ShutDown()
+	h.p.claimUpdated(queue, old, cur)
+	if got := h.p.attempts.state(old.UID); got != attemptUnknown {
+		t.Errorf("ledger state of the replaced claim = %v, want forgotten (%v)", got, attemptUnknown)
+	}
+	if got := h.p.attempts.state(cur.UID); got != attemptClean {
+		t.Errorf("ledger state of the new claim = %v, want clean (%v): seen without the finalizer", got, attemptClean)
+	}
+}
