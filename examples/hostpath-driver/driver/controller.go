@@ -532,11 +532,13 @@ func checkParameters(call string, params map[string]string, allowed map[string]b
 
 // GetCapacity reports the bytes not yet handed out, and the largest volume
 // that could be created now. It is 0 for a topology other than this node
-// and for capabilities this driver does not support.
+// and for capabilities this driver does not support. The parameters do
+// not change it, and keys under csi.storage.k8s.io/ are not refused here:
+// upstream external-provisioner sends the class's parameters as they are
+// (fstype and secret names included) for capacity tracking, and
+// CreateVolume's parameters with --extra-create-metadata's keys for its
+// node deployment's check; refusing them would publish no capacity.
 func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if err := checkParameters("GetCapacity", req.GetParameters(), nil); err != nil {
-		return nil, err
-	}
 	zero := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0), MinimumVolumeSize: wrapperspb.Int64(0)}
 	if d.cfg.EnableTopology && req.GetAccessibleTopology() != nil && !d.isNodeTopology(req.GetAccessibleTopology()) {
 		return zero, nil

@@ -428,11 +428,11 @@ func TestGetCapacityFilters(t *testing.T) {
 	}
 }
 
-// TestReservedParameters checks that the driver refuses the sidecar's own
-// StorageClass parameters (csi.storage.k8s.io/...) in every call that takes
-// a class's parameters, and accepts its own, and that CreateVolume (only)
-// accepts the keys a sidecar adds with --extra-create-metadata and returns
-// them in the volume context.
+// TestReservedParameters checks that CreateVolume refuses the sidecar's own
+// StorageClass parameters (csi.storage.k8s.io/...) and accepts its own and
+// the keys a sidecar adds with --extra-create-metadata, which it returns in
+// the volume context. GetCapacity takes them all (see
+// TestGetCapacityTakesSidecarParameters).
 func TestReservedParameters(t *testing.T) {
 	d := newTestDriver(t, nil)
 	reserved := map[string]string{"kind": "fast", "csi.storage.k8s.io/fstype": "xfs"}
@@ -453,10 +453,6 @@ func TestReservedParameters(t *testing.T) {
 			}
 			return err
 		}},
-		"GetCapacity": {call: func(params map[string]string) error {
-			_, err := d.GetCapacity(t.Context(), &csi.GetCapacityRequest{Parameters: params})
-			return err
-		}, metadataKey: "csi.storage.k8s.io/pv"},
 	}
 	for name, c := range calls {
 		t.Run(name, func(t *testing.T) {
@@ -472,6 +468,32 @@ func TestReservedParameters(t *testing.T) {
 				t.Errorf("with --extra-create-metadata's keys: %v", err)
 			case c.metadataKey != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `parameter "`+c.metadataKey)):
 				t.Errorf("with --extra-create-metadata's keys: %v, want InvalidArgument naming %s...", err, c.metadataKey)
+			}
+		})
+	}
+}
+
+// TestGetCapacityTakesSidecarParameters: upstream external-provisioner
+// sends GetCapacity the class's parameters as they are (capacity tracking)
+// or CreateVolume's with --extra-create-metadata's keys (its node
+// deployment's check). The driver answers with its capacity, as for its
+// own parameters: refusing them would publish no CSIStorageCapacity, and
+// late-binding pods would stay Pending for "not enough free storage".
+func TestGetCapacityTakesSidecarParameters(t *testing.T) {
+	d := newTestDriver(t, nil)
+	topo := &csi.Topology{Segments: map[string]string{TopologyKey: testNode}}
+	for name, params := range map[string]map[string]string{
+		"own":                          {"kind": "fast"},
+		"class parameters as they are": {"kind": "fast", "csi.storage.k8s.io/fstype": "xfs", "csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"},
+		"extra create metadata":        {"kind": "fast", "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "ns", "csi.storage.k8s.io/pv/name": "pvc-1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, err := d.GetCapacity(t.Context(), &csi.GetCapacityRequest{Parameters: params, AccessibleTopology: topo})
+			if err != nil {
+				t.Fatalf("GetCapacity: %v", err)
+			}
+			if resp.GetAvailableCapacity() != DefaultCapacity {
+				t.Errorf("available capacity %d, want %d", resp.GetAvailableCapacity(), DefaultCapacity)
 			}
 		})
 	}
