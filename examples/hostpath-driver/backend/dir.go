@@ -108,7 +108,10 @@ func (d *Dir) Load(ctx context.Context) (*state.State, error) {
 			path := filepath.Join(orphans.dir, e.Name())
 			logger.Info("Removing data that no saved state refers to", "path", path)
 			if err := os.RemoveAll(path); err != nil {
-				return nil, fmt.Errorf("remove orphaned data: %w", err)
+				// Data that cannot go now (a mount inside it, an
+				// immutable file) must not keep the driver from serving
+				// the volumes it has: the next start tries again.
+				logger.Error(err, "Could not remove data that no saved state refers to; the next start tries again", "path", path)
 			}
 		}
 	}
