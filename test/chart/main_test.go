@@ -177,6 +177,13 @@ func mustHelmTemplate(t testing.TB, release, ns string, args ...string) manifest
 // kustomization's comment tells users to do.
 func kustomizeBuild(t testing.TB, ns string) manifest {
 	t.Helper()
+	return kustomizeBuildWith(t, ns, "")
+}
+
+// kustomizeBuildWith is kustomizeBuild with extra appended to the overlay's
+// kustomization.yaml (ns must not be empty then).
+func kustomizeBuildWith(t testing.TB, ns, extra string) manifest {
+	t.Helper()
 	dir := repoPath(t, kustomizeDir)
 	if ns != "" {
 		overlay := t.TempDir()
@@ -184,7 +191,7 @@ func kustomizeBuild(t testing.TB, ns string) manifest {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n  - %s\n", ns, filepath.ToSlash(rel))
+		k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n  - %s\n", ns, filepath.ToSlash(rel)) + extra
 		if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -104,3 +104,37 @@ CSIStorageCapacity objects; else "".
 {{- define "csi-provisioner.namespacedRBAC" -}}
 {{- if or (include "csi-provisioner.leaderElection" .) .Values.sidecar.capacity.enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+csi-provisioner.seconds: the Go duration . (as the schema accepts them:
+15s, 1m30s, 500ms) in seconds, as a float; "0" for "".
+*/}}
+{{- define "csi-provisioner.seconds" -}}
+{{- $total := 0.0 -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 -}}
+{{- $unit := regexReplaceAll "^[0-9]+(\\.[0-9]+)?" . "" -}}
+{{- $total = addf $total (mulf $num (get $units $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.metricsServiceName: "<fullname>-metrics", the fullname cut
+so that the whole stays a DNS-1035 label (63 characters) as a Service name
+must.
+*/}}
+{{- define "csi-provisioner.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "csi-provisioner.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
+csi-provisioner.clusterName: the prefix of the cluster-scoped RBAC objects:
+"<fullname>-<namespace>", so that releases of the same name in two
+namespaces (two drivers, each installed with the README's command) do not
+claim the same ClusterRole and ClusterRoleBinding.
+*/}}
+{{- define "csi-provisioner.clusterName" -}}
+{{- printf "%s-%s" (include "csi-provisioner.fullname" .) .Release.Namespace -}}
+{{- end -}}
