@@ -414,6 +414,11 @@ func TestRenderToggles(t *testing.T) {
 		args  []string
 		check func(t *testing.T, m manifest)
 	}{
+		{"leader election off: no rolling update", []string{"--set", "sidecar.leaderElection.enabled=false"}, func(t *testing.T, m manifest) {
+			if s := typed[appsv1.Deployment](t, m.one(t, "Deployment")).Spec.Strategy.Type; s != appsv1.RecreateDeploymentStrategyType {
+				t.Errorf("Deployment strategy %q without leader election, want Recreate: a rolling update would run two sidecars that both provision and bind", s)
+			}
+		}},
 		{"rbac off", []string{"--set", "rbac.create=false"}, func(t *testing.T, m manifest) {
 			for _, k := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
 				if len(m.find(k)) != 0 {
