@@ -71,3 +71,19 @@ func TestKustomizeSecondDriverKeepsFirstsRBAC(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedDriverAccepted: a vendor whose driver needs a privileged
+// container sets driver.securityContext.privileged=true. Helm merges it
+// with the chart's default allowPrivilegeEscalation: false, a pair the API
+// server refuses; the chart leaves that default out then, and the API
+// server takes the Deployment (a server-side dry run).
+func TestPrivilegedDriverAccepted(t *testing.T) {
+	cp := controlplane.Need(t, shared)
+	a := newApplier(t, cp)
+	ns := createNamespace(t, cp, "privileged")
+	m := mustHelmTemplate(t, "csi-provisioner", ns, "--set", "driver.securityContext.privileged=true")
+	d := m.one(t, "Deployment")
+	if err := a.apply(t.Context(), d, true); err != nil {
+		t.Errorf("the Deployment with a privileged driver container is refused: %v", err)
+	}
+}
