@@ -93,6 +93,18 @@ func CreateReferenceGrant(ctx context.Context, cfg *rest.Config, g ReferenceGran
 	return nil
 }
 
+// DeleteReferenceGrant deletes the grant namespace/name.
+func DeleteReferenceGrant(ctx context.Context, cfg *rest.Config, namespace, name string) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	if err := dyn.Resource(refgrantGVR("v1beta1")).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete ReferenceGrant %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
 func refgrantGVR(version string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: refgrant.Group, Version: version, Resource: refgrant.Resource}
 }

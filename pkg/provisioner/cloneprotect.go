@@ -77,6 +77,9 @@ func (p *Provisioner) RunCloneProtection(ctx context.Context, workers int) {
 	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced, reg.HasSynced) {
 		return
 	}
+	recheck := func(key string) { queue.Add(key) }
+	p.recheckSource.Store(&recheck)
+	defer p.recheckSource.Store(nil)
 	logger.V(2).Info("Starting the cloning protection", "workers", workers)
 	runQueue(ctx, queue, workers, "Cloning protection", p.cloneSourceSync)
 }

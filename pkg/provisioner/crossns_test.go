@@ -1,18 +1,24 @@
 package provisioner
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
@@ -262,5 +268,81 @@ func TestCrossNamespacePopulator(t *testing.T) {
 		if isIgnored(err) != tt.wantIgnored || err == nil {
 			t.Errorf("granted %v: Provision error %v, want ignored: %v", tt.allowed != nil, err, tt.wantIgnored)
 		}
+	}
+}
+
+// TestReferenceGrantNarrowedRechecksSources: a ReferenceGrant deleted or
+// changed may no longer let a pending clone keep its source: the cloning
+// protection re-checks the sources being deleted, with the cloning
+// protection finalizer, in the grant's namespace, and no other claim.
+// Before, such a source stayed Terminating until the informer's resync
+// (an hour).
+func TestReferenceGrantNarrowedRechecksSources(t *testing.T) {
+	src := newClaim("src").VolumeName("pv-src").Phase(corev1.ClaimBound).Deleted().Finalizers("kubernetes.io/pvc-protection", CloneFinalizer).Obj()
+	src.Namespace = sourceNS
+	live := newClaim("live").Finalizers(CloneFinalizer).Obj() // not being deleted
+	live.Namespace = sourceNS
+	elsewhere := newClaim("elsewhere").Deleted().Finalizers(CloneFinalizer).Obj() // another namespace
+	h := newHarness(t, cloneCaps(), objs(src, live, elsewhere), WithReferenceGrants(&fakeGrants{}))
+	grant := func(rv string) *unstructured.Unstructured {
+		g := &unstructured.Unstructured{}
+		g.SetAPIVersion(refgrant.Group + "/v1beta1")
+		g.SetKind("ReferenceGrant")
+		g.SetNamespace(sourceNS)
+		g.SetName("allow-ns")
+		g.SetResourceVersion(rv)
+		return g
+	}
+	handler := h.p.ReferenceGrantHandler()
+	handler.OnDelete(grant("7")) // the cloning protection does not run: nothing to queue
+	var rechecked []string
+	recheck := func(key string) { rechecked = append(rechecked, key) }
+	h.p.recheckSource.Store(&recheck)
+	handler.OnDelete(grant("7"))
+	handler.OnDelete(cache.DeletedFinalStateUnknown{Key: sourceNS + "/allow-ns", Obj: grant("7")})
+	handler.OnUpdate(grant("7"), grant("8"))
+	handler.OnUpdate(grant("8"), grant("8")) // a resync
+	want := []string{sourceNS + "/src", sourceNS + "/src", sourceNS + "/src"}
+	if !slices.Equal(rechecked, want) {
+		t.Errorf("re-checked %q, want %q", rechecked, want)
+	}
+}
+
+// TestCrossNamespaceCloneDeletedAfterGrantRevoked: a cross-namespace
+// clone's CreateVolume times out (the driver goes on copying), its
+// ReferenceGrant is deleted, then the clone. The provisioner must still
+// ask the driver again: only that answer lets the volume go (its PV is
+// Released and deleted at once). Before, every retry failed on the grant,
+// and the clone stayed Terminating with its volume in the driver for ever.
+func TestCrossNamespaceCloneDeletedAfterGrantRevoked(t *testing.T) {
+	src, pv := sourcePair()
+	src.Obj().Namespace = sourceNS
+	pv.BoundTo(src.Obj())
+	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
+	class := newClass().Obj()
+	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
+	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30,
+		ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "handle-pv-src"}}}}}}
+	if _, state, err := h.provision(clone, class); state != controller.ProvisioningInBackground {
+		t.Fatalf("first Provision = %v, %v; want the timeout, in background", state, err)
+	}
+
+	grants.allowed = nil // the ReferenceGrant is deleted
+	deleting := h.liveClaim(clone).DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the informer never saw the clone's deletion", func(context.Context) (bool, error) {
+		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
+		return err == nil && c.DeletionTimestamp != nil, nil
+	})
+	pvOut, state, err := h.provision(deleting, class)
+	if err != nil || pvOut == nil {
+		t.Fatalf("Provision of the deleted clone = %v, %v, %v; want its volume's PV, so that it is released and deleted", pvOut, state, err)
+	}
+	if n := len(h.driver.createCalls()); n != 2 {
+		t.Errorf("%d CreateVolume calls, want 2 (the timed-out one and its repetition)", n)
 	}
 }

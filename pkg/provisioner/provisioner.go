@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -96,6 +97,9 @@ type Provisioner struct {
 	node           *nodeDeployment // nil without WithNodeDeployment
 	synced         *syncedVersions
 	bg             background
+	// recheckSource queues a claim key in the running cloning protection
+	// (nil while it does not run).
+	recheckSource atomic.Pointer[func(string)]
 }
 
 // New returns a provisioner for driver. It registers the informers it reads

@@ -297,8 +297,13 @@ func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check
 	}
 	namespace := claim.Namespace
 	if ref.crossNamespace() {
-		if err := p.checkGrant(claim, ref); err != nil {
-			return dataSource{}, err
+		// A claim being deleted whose create may have started only needs
+		// CreateVolume's answer to let its volume go (the PV is released at
+		// once): a grant revoked meanwhile must not keep it for ever.
+		if p.cfg.grants == nil || claim.DeletionTimestamp == nil || !inflight.Has(claim) || p.attempts.state(claim.UID).idle() {
+			if err := p.checkGrant(claim, ref); err != nil {
+				return dataSource{}, err
+			}
 		}
 		namespace = ref.namespace
 	}

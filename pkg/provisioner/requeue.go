@@ -278,12 +278,32 @@ func (p *Provisioner) ReferenceGrantHandler() cache.ResourceEventHandler {
 			}
 		}
 	}
+	// narrowed: a grant changed or deleted may no longer let a pending
+	// clone keep its source; the cloning protection re-checks the sources
+	// being deleted in the grant's namespace.
+	narrowed := func(obj interface{}) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		grant, err := meta.Accessor(obj)
+		recheck := p.recheckSource.Load()
+		if err != nil || p.cfg.grants == nil || recheck == nil {
+			return
+		}
+		for _, obj := range p.claimInf.GetStore().List() {
+			if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && c.Namespace == grant.GetNamespace() &&
+				c.DeletionTimestamp != nil && slices.Contains(c.Finalizers, CloneFinalizer) {
+				(*recheck)(c.Namespace + "/" + c.Name)
+			}
+		}
+	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) {
 			if !isInInitialList { // at start the library syncs every claim anyway
 				changed(obj)
 			}
 		},
+		DeleteFunc: narrowed,
 		UpdateFunc: func(oldObj, newObj interface{}) {
 			old, err1 := meta.Accessor(oldObj)
 			grant, err2 := meta.Accessor(newObj)
@@ -291,6 +311,7 @@ func (p *Provisioner) ReferenceGrantHandler() cache.ResourceEventHandler {
 				return // a resync
 			}
 			changed(newObj)
+			narrowed(newObj)
 		},
 	}
 }

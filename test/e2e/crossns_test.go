@@ -22,7 +22,8 @@ import (
 // ReferenceGrant there allows it, and is then cloned (at once, not at the
 // library's next retry, ten minutes later) from that claim's volume, which carries the cloning protection; a claim restoring from a
 // VolumeSnapshot of that namespace is provisioned from its handle once a
-// grant for that snapshot exists.
+// grant for that snapshot exists. A granted clone that cannot be made keeps
+// its deleted source until the grant is deleted.
 func TestCrossNamespaceDataSource(t *testing.T) {
 	ctx := t.Context()
 	install := func(s *stack) {
@@ -118,10 +119,16 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	s.waitEvent(otherNS.Name, string(ungranted.UID), corev1.EventTypeWarning, "ProvisioningFailed",
 		"accessing "+srcNS.Name+"/src of PersistentVolumeClaim dataSource from "+otherNS.Name+"/pin isn't allowed")
 
+	// A granted clone that can never be made (smaller than its source)
+	// stays Pending and keeps the source while the grant allows it.
+	small := s.claim(crossNamespace(testutil.NewPVC(s.ns, "small").Class(sc.Name).Size("512Mi").DataSource(nil, "PersistentVolumeClaim", src.Name), srcNS.Name))
+	s.waitEvent(s.ns, string(small.UID), corev1.EventTypeWarning, "ProvisioningFailed", "new PVC request must be greater than or equal in size to the specified PVC data source")
+
 	// The hostpath driver keeps a volume that has snapshots: delete the
-	// snapshot first. The source goes while its clone stays: that clone is
-	// Bound, so the cloning protection lets the source go, and the
-	// ungranted clone does not count.
+	// snapshot first. The source is deleted; its Bound clone does not keep
+	// it, the ungranted one does not count, and the small one keeps it
+	// until its grant is deleted: then the cloning protection lets it go at
+	// once (not at the informers' resync, an hour later).
 	if err := s.driver.DeleteSnapshot(ctx, handle); err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +138,20 @@ func TestCrossNamespaceDataSource(t *testing.T) {
 	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, restored.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if live, err := s.c.CoreV1().PersistentVolumeClaims(srcNS.Name).Get(ctx, src.Name, metav1.GetOptions{}); err != nil || !slices.Contains(live.Finalizers, provisioner.CloneFinalizer) {
+		t.Fatalf("source after its deletion: %v, %v; want it kept by %s for the pending clone", live, err, provisioner.CloneFinalizer)
+	}
+	if err := e2e.DeleteReferenceGrant(ctx, admin, srcNS.Name, "clones"); err != nil {
+		t.Fatal(err)
+	}
 	testutil.Eventually(t, 0, "the source's PV stayed", func(ctx context.Context) (bool, error) {
 		_, err := s.c.CoreV1().PersistentVolumes().Get(ctx, srcPV.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), ignoreNotFound(err)
 	})
+	if err := s.c.CoreV1().PersistentVolumeClaims(s.ns).Delete(ctx, small.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitClaimGone(small.Name, "the small clone stayed")
 	s.deleteAndWaitGone(clone.Name, clonePV.Name)
 	s.waitGone(restored.Name, restoredPV.Name)
 }
