@@ -298,7 +298,11 @@ func (p *Provisioner) becomeOwner(ctx context.Context, claim *corev1.PersistentV
 	}
 
 	if p.node.GetCapacity != nil {
-		if decline := p.checkNodeCapacity(ctx, cur, class); decline != nil {
+		if decline := p.checkNodeCapacity(ctx, cur, class); decline != nil && decline.room < 0 {
+			// As upstream: a capacity check that fails does not keep the
+			// claim from being taken; CreateVolume then tells.
+			logger.V(2).Info("Taking the claim although the capacity check failed", "reason", decline.reason)
+		} else if decline != nil {
 			logger.V(2).Info("Not taking the claim", "reason", decline.reason)
 			p.explainNoCapacity(ctx, cur, *decline)
 			return nil, false, controller.ProvisioningNoChange, &controller.IgnoredError{Reason: decline.reason}
@@ -375,7 +379,7 @@ type capacityDecline struct {
 	requested int64 // bytes
 	// room is the size the driver could create on this node then
 	// (available, or the maximum volume size when that was the limit);
-	// -1 when GetCapacity failed.
+	// -1 when GetCapacity failed (becomeOwner takes the claim then).
 	room int64
 }
 
@@ -395,7 +399,7 @@ func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.Persi
 			req.VolumeCapabilities = caps
 		}
 	}
-	if len(p.node.Topology) > 0 {
+	if p.caps.VolumeAccessibility && len(p.node.Topology) > 0 {
 		req.AccessibleTopology = &csi.Topology{Segments: maps.Clone(p.node.Topology)}
 	}
 	resp, err := p.node.GetCapacity(ctx, req)
@@ -499,10 +503,10 @@ func (p *Provisioner) checkVolumeNode(ctx context.Context, pv *corev1.Persistent
 // node's driver may delete them, as upstream. Otherwise the volume's node
 // affinity must allow this node; one without is nobody's.
 func (nd *nodeDeployment) owns(pv *corev1.PersistentVolume) (bool, string) {
-	if len(nd.Topology) == 0 {
-		return true, ""
-	}
 	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		if len(nd.Topology) == 0 {
+			return true, "" // no node-local volumes: any node deletes them, as upstream
+		}
 		return false, "the volume has no node affinity; in node deployment no node can tell whether it is its own"
 	}
 	selector, err := nodeaffinity.NewNodeSelector(pv.Spec.NodeAffinity.Required)
@@ -526,16 +530,19 @@ type ownerDelays struct {
 	// base up to max (client-go's per-item exponential backoff).
 	limiter workqueue.TypedRateLimiter[types.UID]
 	jitter  func() float64 // in [0, 1)
+	base    time.Duration
 }
 
 func newOwnerDelays(base, maxDelay time.Duration, jitter func() float64) *ownerDelays {
-	return &ownerDelays{limiter: workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](base, maxDelay), jitter: jitter}
+	return &ownerDelays{limiter: workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](base, maxDelay), jitter: jitter, base: base}
 }
 
 // next returns the delay of the next attempt for uid and counts it.
 func (d *ownerDelays) next(uid types.UID) time.Duration {
 	delay := d.limiter.When(uid)
-	return delay + time.Duration(d.jitter()*float64(delay)/2)
+	// As upstream: minus up to one base delay, so that the first attempt
+	// waits 0..base and none more than max.
+	return max(0, delay-time.Duration(d.jitter()*float64(d.base)))
 }
 
 func (d *ownerDelays) forget(uid types.UID) { d.limiter.Forget(uid) }

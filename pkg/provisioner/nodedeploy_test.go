@@ -25,6 +25,7 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -628,5 +629,51 @@ func TestNodeDeploymentDeclineLogNamesClaim(t *testing.T) {
 				t.Errorf("decline log line %q does not name the claim; log:\n%s", line, text)
 			}
 		})
+	}
+}
+
+// TestNodeWithoutTopologyLeavesOtherNodesVolumes: a node whose driver
+// reports no topology (a driver version mid-rollout, labels it could not
+// find) must not delete a volume whose node affinity names another node:
+// its driver does not have it and answers DeleteVolume with OK (CSI:
+// idempotent), the library deletes the PV, and the volume stays on its
+// node, leaked. A volume without node affinity is still any node's, as
+// upstream.
+func TestNodeWithoutTopologyLeavesOtherNodesVolumes(t *testing.T) {
+	pv := provisionedPV("", "").NodeAffinity(keyZone, "a").Obj() // another node's volume
+	h := newHarness(t, baseCaps(), objs(pv), withNode(func(nd *NodeDeployment) { nd.Topology = nil }))
+	if h.p.ShouldDelete(h.ctx, pv) {
+		t.Errorf("ShouldDelete = true for a PV whose node affinity (%s=a) names another node", keyZone)
+	}
+	_ = h.p.Delete(h.ctx, pv)
+	if calls := h.driver.deleteCalls(); len(calls) > 0 {
+		t.Errorf("this node (driver without topology) sent DeleteVolume %q for a volume whose node affinity names another node", calls[0].GetVolumeId())
+	}
+}
+
+// TestNodeCapacityCheckWithoutAccessibility: CSI forbids
+// GetCapacityRequest.accessible_topology for a plugin without
+// VOLUME_ACCESSIBILITY_CONSTRAINTS, and upstream's node capacity check
+// takes it from CreateVolume's requisite, nil for such a driver. One that
+// still reports a topology in NodeGetInfo must not get it in GetCapacity.
+func TestNodeCapacityCheckWithoutAccessibility(t *testing.T) {
+	const baseDelay, maxDelay = 10 * time.Second, 20 * time.Second
+	clk := clocktesting.NewFakeClock(time.Now())
+	capacity := &fakeCapacity{resp: &csi.GetCapacityResponse{AvailableCapacity: 10 * gi}}
+	nd := testNodeDeployment(func(nd *NodeDeployment) {
+		nd.BaseDelay, nd.MaxDelay = baseDelay, maxDelay
+		nd.GetCapacity = capacity.get
+	})
+	class := newClass().Obj()
+	claim := newClaim("c").Obj()
+	h := newHarness(t, baseCaps() /* no VOLUME_ACCESSIBILITY_CONSTRAINTS */, objs(claim, class), WithNodeDeployment(nd), WithClock(clk))
+	res := make(chan provisionResult, 1)
+	go func() { h.p.ShouldProvision(h.ctx, claim.DeepCopy()); res <- provisionResult{} }()
+	drive(t, clk, res, func() {}, 2*maxDelay, 0)
+	if len(capacity.reqs) != 1 {
+		t.Fatalf("GetCapacity calls = %d, want 1", len(capacity.reqs))
+	}
+	if top := capacity.reqs[0].GetAccessibleTopology(); top != nil {
+		t.Errorf("GetCapacity to a driver without VOLUME_ACCESSIBILITY_CONSTRAINTS got accessible_topology %v; CSI forbids it", top)
 	}
 }

@@ -152,9 +152,11 @@ func TestNodeDeploymentBecomeOwner(t *testing.T) {
 			wantState: controller.ProvisioningNoChange, wantErr: "maximum volume size 536870912 bytes", wantIgn: true, wantCapCalls: 1, wantDelay: true,
 		},
 		{
-			name: "GetCapacity fails: no update", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{err: errors.New("driver busy")},
-			wantState: controller.ProvisioningNoChange, wantErr: "capacity of node n9 unknown: GetCapacity: driver busy", wantIgn: true,
-			wantCapCalls: 1, wantDelay: true,
+			// As upstream: a capacity check that fails does not keep the
+			// claim from being taken (every node would decline it until
+			// the claim changed); CreateVolume then answers.
+			name: "GetCapacity fails: taken anyway", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{err: errors.New("driver busy")},
+			wantState: controller.ProvisioningFinished, wantWrites: 2, wantSelected: thisNode, wantCreate: true, wantCapCalls: 1,
 		},
 		{
 			name: "update conflict: another writer won", apiClaim: newClaim("c").Obj(), capacity: &fakeCapacity{resp: plenty},
@@ -321,8 +323,10 @@ func countOf(list []string, s string) int {
 	return n
 }
 
-// TestNodeDeploymentDelays covers the per-claim delay: doubling from the
-// base, capped, with a jitter of up to 50%, forgotten on request.
+// TestNodeDeploymentDelays covers the per-claim delay, upstream's: doubling
+// from the base, capped at the maximum, less a jitter of up to one base
+// delay (so the first attempt waits 0 to base, none more than the
+// maximum), forgotten on request.
 func TestNodeDeploymentDelays(t *testing.T) {
 	const base, maxDelay = time.Second, 5 * time.Second
 	for _, tt := range []struct {
@@ -330,7 +334,8 @@ func TestNodeDeploymentDelays(t *testing.T) {
 		want   []time.Duration
 	}{
 		{jitter: 0, want: []time.Duration{base, 2 * base, 4 * base, maxDelay, maxDelay}},
-		{jitter: 0.5, want: []time.Duration{1250 * time.Millisecond, 2500 * time.Millisecond, 5 * time.Second, 6250 * time.Millisecond, 6250 * time.Millisecond}},
+		{jitter: 0.5, want: []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond, 4500 * time.Millisecond, 4500 * time.Millisecond}},
+		{jitter: 0.999, want: []time.Duration{time.Millisecond, 1001 * time.Millisecond, 3001 * time.Millisecond, 4001 * time.Millisecond, 4001 * time.Millisecond}},
 	} {
 		d := newOwnerDelays(base, maxDelay, func() float64 { return tt.jitter })
 		var got []time.Duration

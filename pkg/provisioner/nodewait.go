@@ -155,13 +155,13 @@ func (u *untaken) has(uid types.UID) bool {
 // mayFitAfter returns the UIDs and keys of the claims declined for
 // capacity that may fit once freed bytes are free again: those whose
 // request is at most the room the driver reported at the decline plus
-// freed, and those declined because GetCapacity failed.
+// freed.
 func (u *untaken) mayFitAfter(freed int64) map[types.UID]string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := map[types.UID]string{}
 	for uid, c := range u.claims {
-		if d := c.decline; d != nil && (d.room < 0 || d.requested <= d.room+freed) {
+		if d := c.decline; d != nil && d.requested <= d.room+freed {
 			out[uid] = c.key
 		}
 	}
@@ -216,7 +216,8 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 }
 
 // explainNoCapacity is called when this node declined claim for capacity
-// (too little room, or GetCapacity failed). Unless a node (another, or this
+// (too little room; a GetCapacity that failed does not decline, see
+// becomeOwner). Unless a node (another, or this
 // one later) takes the claim within the grace period, it posts the claim's
 // one untaken-claim event with this node's reason. Declined again later (an update of the
 // claim, the library's resync), it renews the event once its explanation

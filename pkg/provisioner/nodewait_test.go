@@ -69,11 +69,6 @@ func TestNodeDeploymentExplainUntaken(t *testing.T) {
 			wantMessage: noRoom, wantHost: thisNode, wantCount: 1, wantCreates: 1,
 		},
 		{
-			name: "GetCapacity fails, no node takes it", capacity: &fakeCapacity{err: errors.New("driver busy")},
-			wantMessage: "no node took the claim within 30s: capacity of node n9 unknown: GetCapacity: driver busy.",
-			wantHost:    thisNode, wantCount: 1, wantCreates: 1,
-		},
-		{
 			name: "another node takes it within the grace period", capacity: &fakeCapacity{resp: short},
 			afterDecline: func(t *testing.T, h *harness) {
 				h.selectNode(t, "c", "n1")
@@ -284,19 +279,17 @@ func TestRequeueFreedCapacity(t *testing.T) {
 	claims := []runtime.Object{
 		newClaim("short").Obj(),
 		newClaim("too-big").Obj(),
-		newClaim("unknown").Obj(),
 		newClaim("bound-since").VolumeName("pv-x").Obj(),
 		newClaim("immediate-off").Obj(),
 		newClaim("recreated").UID("uid-new").Obj(),
 	}
 	// What this node declined, as its ShouldProvision records it: claims
 	// declined for capacity (one fits with 1Gi more, one does not, one
-	// whose GetCapacity failed, one bound since, one deleted and created
-	// again), and one declined because immediate binding was off.
+	// bound since, one deleted and created again), and one declined
+	// because immediate binding was off.
 	declined := map[string]*capacityDecline{
 		"short":         {requested: gi, room: gi / 2},
 		"too-big":       {requested: 10 * gi, room: gi},
-		"unknown":       {requested: gi, room: -1},
 		"bound-since":   {requested: gi, room: 0},
 		"recreated":     {requested: gi, room: 0},
 		"immediate-off": nil,
@@ -306,7 +299,7 @@ func TestRequeueFreedCapacity(t *testing.T) {
 			h.p.node.untaken.add(newClaim(name).Obj(), d)
 		}
 	}
-	mine := []string{"short", "unknown"}
+	mine := []string{"short"}
 	tests := []struct {
 		name    string
 		deleted interface{}
@@ -314,7 +307,7 @@ func TestRequeueFreedCapacity(t *testing.T) {
 	}{
 		{"a volume of this node", pv().NodeAffinity(keyZone, "z9").Obj(), mine},
 		{"seen as a tombstone", cache.DeletedFinalStateUnknown{Key: "pv", Obj: pv().NodeAffinity(keyZone, "z9").Obj()}, mine},
-		{"a smaller volume of this node", pv().Size("100Mi").NodeAffinity(keyZone, "z9").Obj(), []string{"unknown"}},
+		{"a smaller volume of this node", pv().Size("100Mi").NodeAffinity(keyZone, "z9").Obj(), nil},
 		{"a volume of another node", pv().NodeAffinity(keyZone, "a").Obj(), nil},
 		{"a volume without node affinity", pv().Obj(), nil},
 		{"a volume of another driver", testutil.NewPV("pv", "other.example.com").NodeAffinity(keyZone, "z9").Obj(), nil},
