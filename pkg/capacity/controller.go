@@ -177,6 +177,8 @@ type Controller struct {
 	// informer can deliver a new object's addition and deletion before
 	// Create returns, and the object must then not be recorded.
 	creating map[string][]string
+	// polled holds the records in written at the last poll.
+	polled map[string]*storagev1.CSIStorageCapacity
 }
 
 // New creates a controller publishing the capacity of driver (named
@@ -400,6 +402,16 @@ func (c *Controller) pollLoop(ctx context.Context) {
 func (c *Controller) queueAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A record the informer has not delivered for a whole poll interval
+	// stands for a version it will never deliver (the object went while
+	// its watch was broken): drop it, so that the cache decides again.
+	for key, r := range c.written {
+		if c.polled[key] == r {
+			delete(c.written, key)
+			delete(c.polled, key)
+		}
+	}
+	c.polled = maps.Clone(c.written)
 	c.refreshLocked()
 	for key := range c.desired {
 		c.queue.Add(key)
@@ -540,8 +552,14 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 		})
 		obj.OwnerReferences = append(obj.OwnerReferences, *c.cfg.owner)
 	}
+	c.mu.Lock()
+	c.creating[key] = nil // as for Create: note deletions until recorded
+	c.mu.Unlock()
 	updated, err := c.client.StorageV1().CSIStorageCapacities(c.namespace).Update(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
 	if err != nil {
+		c.mu.Lock()
+		delete(c.creating, key)
+		c.mu.Unlock()
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			// Deleted by someone else (the retry creates it again), or
 			// changed since it was written or cached: the retry starts
@@ -550,7 +568,9 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 		}
 		return fmt.Errorf("update CSIStorageCapacity %s/%s: %w", obj.Namespace, obj.Name, err)
 	}
-	c.rememberUpdated(key, updated)
+	if !c.rememberCreated(key, updated) {
+		return fmt.Errorf("CSIStorageCapacity %s/%s was deleted right after it was updated; creating it again", updated.Namespace, updated.Name)
+	}
 	logger.V(2).Info("Updated CSIStorageCapacity", "csiStorageCapacity", klog.KObj(updated), "capacity", capacity, "maximumVolumeSize", maxSize)
 	return nil
 }
@@ -665,13 +685,6 @@ func (c *Controller) rememberCreated(key string, obj *storagev1.CSIStorageCapaci
 	}
 	c.rememberWrittenLocked(key, obj)
 	return true
-}
-
-// rememberUpdated records obj, just updated, for the item with key.
-func (c *Controller) rememberUpdated(key string, obj *storagev1.CSIStorageCapacity) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rememberWrittenLocked(key, obj)
 }
 
 // rememberWrittenLocked records obj, just written, for the item with key,
