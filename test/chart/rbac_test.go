@@ -220,15 +220,15 @@ func TestRBACLeastPrivilege(t *testing.T) {
 				return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID
 			}), nil
 		})
-		// The DaemonSet owns the objects: level 1, here the pod's
-		// ReplicaSet (CreateOwnerChain's), read without get replicasets.
+		// The pod owns its node's objects (level 0, as upstream's
+		// distributed deployment), read without get replicasets.
 		testutil.Eventually(t, 0, "no CSIStorageCapacity of this node owned by the pod's owner", func(ctx context.Context) (bool, error) {
 			list, err := c.StorageV1().CSIStorageCapacities(s.ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err
 			}
 			return slices.ContainsFunc(list.Items, func(o storagev1.CSIStorageCapacity) bool {
-				return o.StorageClassName == s.className && len(o.OwnerReferences) == 1 && o.OwnerReferences[0].Kind == "ReplicaSet" &&
+				return o.StorageClassName == s.className && len(o.OwnerReferences) == 1 && o.OwnerReferences[0].Kind == "Pod" &&
 					o.Labels["csi.storage.k8s.io/managed-by"] == "external-provisioner-"+s.driver.NodeID
 			}), nil
 		})

@@ -488,7 +488,7 @@ func TestRenderToggles(t *testing.T) {
 			ds := typed[appsv1.DaemonSet](t, m.one(t, "DaemonSet"))
 			// The same pod as the Deployment's, so the shared checks apply.
 			sc := container(t, &appsv1.Deployment{ObjectMeta: ds.ObjectMeta, Spec: appsv1.DeploymentSpec{Template: ds.Spec.Template}}, sidecarName)
-			for _, a := range []string{"--node-deployment", "--leader-election=false", "--enable-binder=false", "--capacity-ownerref-level=1"} {
+			for _, a := range []string{"--node-deployment", "--leader-election=false", "--enable-binder=false", "--capacity-ownerref-level=0"} {
 				if !slices.Contains(sc.Args, a) {
 					t.Errorf("args %q lack %s", sc.Args, a)
 				}
@@ -503,7 +503,7 @@ func TestRenderToggles(t *testing.T) {
 				t.Errorf("sidecar NODE_NAME = %+v, want the pod's spec.nodeName", e)
 			}
 			checkProbes(t, sc, 8080, false)
-			// The DaemonSet owns the objects: the pod is read, no ReplicaSet.
+			// The pod owns its node's objects: the pod is read, no ReplicaSet.
 			// No leader election: no Lease rules.
 			checkRules(t, "Role", typed[rbacv1.Role](t, m.one(t, "Role")).Rules, wantCapacityRules[:2])
 		}},
