@@ -10,14 +10,6 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// TestUpdatedAndDeletedBeforeRecorded is TestCreatedAndDeletedBeforeRecorded
-// for Update: the informer delivers the update and the deletion (by someone
-// else: a user, the garbage collector, a second worker's obsolete-object
-// delete after a segment flapped) of an object before Update returns. The
-// object must not be recorded: a record stands for an object that is gone
-// and hides it for as long as the capacity stays the same (every poll
-// compares GetCapacity's answer with the record and writes nothing)
-
 // TestUpdatedAndDeletedBeforeRecorded: an object deleted (by a user, the
 // garbage collector, another worker) right after the controller updated it,
 // the informer delivering the update and the deletion before Update
@@ -69,13 +61,6 @@ func TestUpdatedAndDeletedBeforeRecorded(t *testing.T) {
 	}
 }
 
-// TestCreatedAndDeletedUnseen: the object created for an item is deleted by
-// someone before the informer ever delivers it (a watch broken at that
-// moment relists after the deletion: neither the addition nor the deletion
-// is delivered). The record of the creation then stands for ever for an
-// object that is gone: every later sync with the same capacity writes
-// nothing. Upstream keeps no such record and creates the object again at
-// the next poll.
 // TestCreatedAndDeletedUnseen: an object created and then deleted while the
 // CSIStorageCapacity watch was broken (the relist shows neither) is created
 // again at a later poll: a record the informer has not delivered for a

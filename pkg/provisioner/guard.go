@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -85,6 +86,30 @@ func (p *Provisioner) RunGuard(ctx context.Context, workers int) {
 		return
 	}
 	defer func() { _ = p.volumeInf.RemoveEventHandler(volumeReg) }()
+	// A class deleted after its claim: the claim did not change, but the
+	// guard now has a Warning for it (see the class-gone case of guardSync).
+	classReg, err := p.classInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			class, ok := obj.(*storagev1.StorageClass)
+			if !ok {
+				return
+			}
+			for _, o := range p.claimInf.GetStore().List() {
+				if c, ok := o.(*corev1.PersistentVolumeClaim); ok && c.DeletionTimestamp != nil && inflight.Has(c) &&
+					storagehelpers.GetPersistentVolumeClaimClass(c) == class.Name {
+					p.enqueueClaim(queue, c)
+				}
+			}
+		},
+	})
+	if err != nil {
+		logger.Error(err, "Cannot watch classes; the in-flight guard does not run")
+		return
+	}
+	defer func() { _ = p.classInf.RemoveEventHandler(classReg) }()
 
 	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced, claimReg.HasSynced, volumeReg.HasSynced) {
 		return

@@ -546,3 +546,57 @@ func TestGuardForgetsClaimReplacedThroughRelist(t *testing.T) {
 		t.Errorf("ledger state of the new claim = %v, want clean (%v): seen without the finalizer", got, attemptClean)
 	}
 }
+
+// TestGuardWarnsWhenClassDeletedAfterClaim: a claim is deleted while its
+// CreateVolume has no final answer (it timed out: attemptSent), so it keeps
+// the in-flight finalizer; then its StorageClass is deleted. The library can
+// no longer ask the driver again, and the guard has a Warning for exactly
+// this case (60ed12a), but nothing queues the claim in the guard when a
+// class goes: the claim did not change. It stays Terminating without the
+// Warning until the informer's resync (an hour).
+func TestGuardWarnsWhenClassDeletedAfterClaim(t *testing.T) {
+	claim := newClaim("c").Finalizers(inflight.Finalizer).Deleted().Obj()
+	// Markers: deleted claims with a final answer, which the guard releases;
+	// seeing them released tells that the guard worked through its queue.
+	m1 := newClaim("m1").Finalizers(inflight.Finalizer).Deleted().Obj()
+	h := newHarness(t, baseCaps(), objs(newClass().Obj(), claim, m1))
+	h.p.attempts.begin(claim.UID) // CreateVolume sent, timed out: no final answer
+	h.p.attempts.final(m1.UID)
+
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.p.RunGuard(ctx, 1)
+	}()
+	defer func() { cancel(); <-done }()
+	released := func(name string) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			c, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && !inflight.Has(c), nil
+		}
+	}
+	testutil.Eventually(t, 0, "m1 not released: the guard did not run", released("m1"))
+	// m2 is queued after c (one worker, FIFO): once it is released, c was
+	// synced with its class still there.
+	m2 := newClaim("m2").Finalizers(inflight.Finalizer).Deleted().Obj()
+	h.p.attempts.final(m2.UID)
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Create(t.Context(), m2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "m2 not released", released("m2"))
+	for _, e := range h.events() {
+		if strings.Contains(e, "no longer exists") {
+			t.Fatalf("class-gone Warning while the class exists: %q", e)
+		}
+	}
+
+	if err := h.client.StorageV1().StorageClasses().Delete(t.Context(), testClass, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	testutil.Eventually(t, 0, "no Warning that class "+testClass+" is gone after its deletion (the claim is Terminating with the in-flight finalizer, CreateVolume without a final answer)", func(context.Context) (bool, error) {
+		seen = append(seen, h.events()...)
+		return slices.ContainsFunc(seen, func(e string) bool { return strings.Contains(e, "its StorageClass "+testClass+" no longer exists") }), nil
+	})
+}

@@ -499,15 +499,22 @@ func (p *Provisioner) checkVolumeNode(ctx context.Context, pv *corev1.Persistent
 }
 
 // owns reports whether pv's volume is on this node, and if not, why not.
-// A driver that reports no topology has no volumes tied to a node: any
-// node's driver may delete them, as upstream. Otherwise the volume's node
-// affinity must allow this node; one without is nobody's.
+// A volume without node affinity is not tied to a node: the node of a
+// driver that reports no topology may delete it, as upstream; for any other
+// node it is nobody's. A volume with node affinity is this node's only when
+// this node has a topology and the affinity allows it: a node without one
+// cannot tell (an affinity with NotIn or DoesNotExist would match its empty
+// labels), and its driver would answer DeleteVolume for another node's
+// volume with OK.
 func (nd *nodeDeployment) owns(pv *corev1.PersistentVolume) (bool, string) {
 	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
 		if len(nd.Topology) == 0 {
 			return true, "" // no node-local volumes: any node deletes them, as upstream
 		}
 		return false, "the volume has no node affinity; in node deployment no node can tell whether it is its own"
+	}
+	if len(nd.Topology) == 0 {
+		return false, fmt.Sprintf("the volume has node affinity and the driver of node %s reports no topology", nd.NodeName)
 	}
 	selector, err := nodeaffinity.NewNodeSelector(pv.Spec.NodeAffinity.Required)
 	if err != nil {

@@ -640,14 +640,20 @@ func TestNodeDeploymentDeclineLogNamesClaim(t *testing.T) {
 // node, leaked. A volume without node affinity is still any node's, as
 // upstream.
 func TestNodeWithoutTopologyLeavesOtherNodesVolumes(t *testing.T) {
-	pv := provisionedPV("", "").NodeAffinity(keyZone, "a").Obj() // another node's volume
-	h := newHarness(t, baseCaps(), objs(pv), withNode(func(nd *NodeDeployment) { nd.Topology = nil }))
-	if h.p.ShouldDelete(h.ctx, pv) {
-		t.Errorf("ShouldDelete = true for a PV whose node affinity (%s=a) names another node", keyZone)
-	}
-	_ = h.p.Delete(h.ctx, pv)
-	if calls := h.driver.deleteCalls(); len(calls) > 0 {
-		t.Errorf("this node (driver without topology) sent DeleteVolume %q for a volume whose node affinity names another node", calls[0].GetVolumeId())
+	in := provisionedPV("", "").NodeAffinity(keyZone, "a").Obj() // another node's volume
+	notIn := in.DeepCopy()                                       // an affinity that empty labels match
+	notIn.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Operator = corev1.NodeSelectorOpNotIn
+	for name, pv := range map[string]*corev1.PersistentVolume{"In": in, "NotIn": notIn} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, baseCaps(), objs(pv), withNode(func(nd *NodeDeployment) { nd.Topology = nil }))
+			if h.p.ShouldDelete(h.ctx, pv) {
+				t.Errorf("ShouldDelete = true for a PV with node affinity %v on a node without topology", pv.Spec.NodeAffinity.Required)
+			}
+			_ = h.p.Delete(h.ctx, pv)
+			if calls := h.driver.deleteCalls(); len(calls) > 0 {
+				t.Errorf("this node (driver without topology) sent DeleteVolume %q for a volume with node affinity", calls[0].GetVolumeId())
+			}
+		})
 	}
 }
 
@@ -675,5 +681,40 @@ func TestNodeCapacityCheckWithoutAccessibility(t *testing.T) {
 	}
 	if top := capacity.reqs[0].GetAccessibleTopology(); top != nil {
 		t.Errorf("GetCapacity to a driver without VOLUME_ACCESSIBILITY_CONSTRAINTS got accessible_topology %v; CSI forbids it", top)
+	}
+}
+
+// TestNodeDeploymentVolumeNameTakenNotTaken: in node deployment, an
+// Immediate claim whose volume name another claim's PV has (a short
+// --volume-name-uuid-length) is one this provisioner will never provision
+// (1f803a5). ShouldProvision checks that only after becomeOwner has waited
+// its owner delay, asked GetCapacity and written this node into the
+// claim's selected-node: the node takes a claim it then refuses, and every
+// other node sees it "taken by n9".
+func TestNodeDeploymentVolumeNameTakenNotTaken(t *testing.T) {
+	const baseDelay, maxDelay = 10 * time.Second, 20 * time.Second
+	clk := clocktesting.NewFakeClock(time.Now())
+	claim := newClaim("c").Obj() // UID uid-c: volume pvc-uidc when cut to 4
+	taken := testutil.NewPV("pvc-uidc", testDriver).ClaimRef("other", "c2", "uid-c2").Obj()
+	h := newHarness(t, baseCaps(), objs(claim, newClass().Obj(), taken), WithVolumeNameUUIDLength(4), WithClock(clk),
+		withNode(func(nd *NodeDeployment) { nd.BaseDelay, nd.MaxDelay = baseDelay, maxDelay }))
+	res := make(chan provisionResult, 1)
+	go func() {
+		got := h.p.ShouldProvision(h.ctx, claim.DeepCopy())
+		if got {
+			t.Error("ShouldProvision = true for a claim whose volume name is taken")
+		}
+		res <- provisionResult{}
+	}()
+	drive(t, clk, res, func() {}, 2*maxDelay, 0)
+	if got := h.liveClaim(claim).Annotations[storagehelpers.AnnSelectedNode]; got != "" {
+		t.Errorf("claim whose volume name is taken was taken for node %q (writes %v) although this provisioner refuses to provision it", got, h.writes())
+	}
+	var warned bool
+	for _, e := range h.events() {
+		warned = warned || strings.Contains(e, "of this claim is taken")
+	}
+	if !warned {
+		t.Error("no Warning that the volume name is taken")
 	}
 }

@@ -591,3 +591,19 @@ func unannotatedClaim(name string) *corev1.PersistentVolumeClaim {
 func newForeignClass() *storagev1.StorageClass {
 	return testutil.NewSC("foreign", "other.example.com").Obj()
 }
+
+// TestCheckProvisionVolumeNameTaken: the binder's check before it hands a
+// claim over (and adds the in-flight finalizer) refuses a claim whose
+// volume name another claim's PV has, as ShouldProvision does: the
+// finalizer on a claim the provisioner never provisions would, after a
+// restart, keep the deleted claim Terminating with no CreateVolume ever
+// sent.
+func TestCheckProvisionVolumeNameTaken(t *testing.T) {
+	claim := newClaim("c").Obj() // UID uid-c: volume pvc-uidc when cut to 4
+	taken := testutil.NewPV("pvc-uidc", testDriver).ClaimRef("other", "c2", "uid-c2").Obj()
+	class := newClass().Obj()
+	h := newHarness(t, baseCaps(), objs(class, claim, taken), WithVolumeNameUUIDLength(4))
+	if err := h.p.CheckProvision(h.ctx, claim, class); err == nil || !strings.Contains(err.Error(), "the volume name pvc-uidc of this claim is taken") {
+		t.Errorf("CheckProvision = %v, want the volume name taken", err)
+	}
+}

@@ -78,6 +78,7 @@ type Provisioner struct {
 
 	claims         corelisters.PersistentVolumeClaimLister
 	classes        storagelisters.StorageClassLister
+	classInf       cache.SharedIndexInformer
 	nodes          corelisters.NodeLister       // nil without VolumeAccessibility
 	csiNodes       storagelisters.CSINodeLister // nil without VolumeAccessibility
 	claimInf       cache.SharedIndexInformer
@@ -170,6 +171,7 @@ func New(client kubernetes.Interface, driver csiclient.Driver, factory informers
 	classes := factory.Storage().V1().StorageClasses()
 	p.claims, p.classes = claims.Lister(), classes.Lister()
 	p.claimInf, p.volumeInf = claims.Informer(), volumes.Informer()
+	p.classInf = classes.Informer()
 	p.libraryClaims = &libraryInformer{SharedIndexInformer: p.claimInf, skip: func(old, cur interface{}) bool {
 		return inflightOnly(old, cur) || p.synced.alreadySynced(old, cur)
 	}}
@@ -303,6 +305,12 @@ func (p *Provisioner) shouldProvision(ctx context.Context, claim *corev1.Persist
 		logger.V(4).Info("Not provisioning a claim that is being deleted without the in-flight finalizer", "pvc", klog.KObj(claim))
 		return false
 	}
+	// Before node deployment takes the claim: a node must not take a claim
+	// that it then refuses.
+	if msg := p.volumeNameTaken(claim); msg != "" {
+		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
+		return false
+	}
 	if p.node != nil && !p.nodeShouldProvision(ctx, claim) {
 		return false
 	}
@@ -320,10 +328,6 @@ func (p *Provisioner) shouldProvision(ctx context.Context, claim *corev1.Persist
 	case !p.ownsClass(class):
 		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed,
 			fmt.Sprintf("the claim is annotated for %s but its storageclass %q names provisioner %q", p.name, className, class.Provisioner))
-		return false
-	}
-	if msg := p.volumeNameTaken(claim); msg != "" {
-		p.recorder.Event(claim, corev1.EventTypeWarning, reasonProvisioningFailed, msg)
 		return false
 	}
 	return true
@@ -367,6 +371,9 @@ func (p *Provisioner) CheckProvision(ctx context.Context, claim *corev1.Persiste
 		if err := p.nodeCheckProvision(claim); err != nil {
 			return err
 		}
+	}
+	if msg := p.volumeNameTaken(claim); msg != "" {
+		return errors.New(msg)
 	}
 	selected, _ := selectedNode(claim)
 	_, _, err := p.prepare(ctx, claim, class, selected, true)
