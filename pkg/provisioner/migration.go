@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -83,7 +84,23 @@ func (p *Provisioner) csiVolume(logger klog.Logger, pv *corev1.PersistentVolume)
 func inTreeVolume(pv *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
 	out, err := csitrans.New().TranslateCSIPVToInTree(pv)
 	if err != nil {
-		return nil, fmt.Errorf("translate the provisioned volume %s back to its in-tree source: %w", pv.Name, err)
+		return nil, fmt.Errorf("translate the provisioned volume %s back to its in-tree source: %s", pv.Name, withoutPVDump(err))
 	}
 	return out, nil
+}
+
+// withoutPVDump is err's text without the dump of the whole PV that
+// csi-translation-lib puts in some of its errors ("failed to translate
+// topology. PV:{...}. Error:<cause>"): it would fill the claim's Warning
+// with a page of Go struct syntax.
+func withoutPVDump(err error) string {
+	msg := err.Error()
+	before, rest, found := strings.Cut(msg, ". PV:{")
+	if !found {
+		return msg
+	}
+	if i := strings.LastIndex(rest, ". Error:"); i >= 0 {
+		return before + ": " + rest[i+len(". Error:"):]
+	}
+	return before
 }

@@ -1,9 +1,11 @@
 package provisioner
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/csiclient"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 // The driver under test is the migration target of an in-tree plugin.
@@ -268,6 +271,60 @@ func TestDeleteSharedVolumeMigrated(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.bound.Name) {
 				t.Fatalf("Delete = %v, want an error naming %s", err, tt.bound.Name)
+			}
+		})
+	}
+}
+
+// TestMigrationUntranslatableVolumeDeleted: a volume created for a claim of
+// the migrated plugin's class whose CSI PV cannot be translated back to the
+// in-tree source (here the driver reports a zone csi-translation-lib cannot
+// parse into an AWS region) is deleted again, as upstream does, so nothing
+// leaks, and a claim being deleted goes. Before, the volume was kept and
+// the claim kept the in-flight finalizer: Terminating for ever.
+func TestMigrationUntranslatableVolumeDeleted(t *testing.T) {
+	for _, deleting := range []bool{false, true} {
+		name := "pending"
+		if deleting {
+			name = "deleting"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := ebsClaim("c").Finalizers(inflight.Finalizer)
+			if deleting {
+				b = b.Deleted()
+			}
+			claim := b.Obj()
+			class := testutil.NewSC("gp2", ebsInTree).Param("type", "gp2").Param("zone", "snow").Obj()
+			caps := topologyCaps()
+			caps.DriverName = ebsDriver
+			h := newHarness(t, caps, objs(claim, class), WithInTreeMigration(ebsInTree))
+			h.driver.createAnswers = []createAnswer{{vol: &csi.Volume{
+				VolumeId: "vol-0123456789abcdef0", CapacityBytes: 1 << 30,
+				AccessibleTopology: []*csi.Topology{{Segments: map[string]string{"topology.ebs.csi.aws.com/zone": "snow"}}},
+			}}}
+			for i := 0; i < 3; i++ { // the library's retries
+				pv, state, err := h.provision(claim, class)
+				t.Logf("Provision #%d = %v, %v, %v", i+1, pv != nil, state, err)
+				if pv != nil {
+					t.Fatalf("got a PV; the test needs an untranslatable volume")
+				}
+				if i == 0 && (err == nil || strings.Contains(err.Error(), "ObjectMeta") || !strings.Contains(err.Error(), "failed to translate topology: Failed to handle region topology. error: Unexpected zone format: snow is not a valid AWS zone")) {
+					t.Errorf("Provision error %q, want the translation's cause without the PV's dump", err)
+				}
+			}
+			if n := len(h.driver.createCalls()); n == 0 {
+				t.Fatal("no CreateVolume")
+			}
+			if n := len(h.driver.deleteCalls()); n == 0 {
+				t.Errorf("%d CreateVolume calls created volume vol-0123456789abcdef0, which no PV can record, and it was never deleted (upstream deletes it)", len(h.driver.createCalls()))
+			}
+			if deleting {
+				if err := h.p.guardSync(h.ctx, testNS+"/c"); err != nil {
+					t.Logf("guardSync = %v", err)
+				}
+			}
+			if deleting && slices.Contains(h.liveClaim(claim).Finalizers, inflight.Finalizer) {
+				t.Errorf("the claim being deleted keeps %s: it stays Terminating for ever", inflight.Finalizer)
 			}
 		})
 	}

@@ -174,9 +174,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 // recordVolume returns the PV of a created volume, after checking its
 // capacity, that the API server would accept the PV (recordable) and, for
 // a clone or a restore, that the driver reports the content source it was
-// asked for (a volume failing a check is deleted again, see discard) and,
-// for a class of the migrated in-tree plugin, translating it back to the
-// in-tree source.
+// asked for and, for a class of the migrated in-tree plugin, translating
+// it back to the in-tree source (a volume failing a check or the
+// translation is deleted again, see discard).
 func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, pl *plan, vol *csi.Volume, start time.Time) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	logger := klog.FromContext(ctx)
 	// First: a volume another PV records must not be deleted below. The
@@ -210,13 +210,14 @@ func (p *Provisioner) recordVolume(ctx context.Context, claim *corev1.Persistent
 		return p.discard(ctx, claim, pl, vol, fmt.Errorf("CSI driver %s returned volume ID %q that no PersistentVolume can record: %w", p.name, vol.GetVolumeId(), err))
 	}
 	if pl.migrated {
-		var err error
-		// Pure translation of a PV built here; should it ever fail, the
-		// claim keeps its in-flight finalizer and the identical request is
-		// retried, so the volume is never lost.
-		if pv, err = inTreeVolume(pv); err != nil {
-			return nil, controller.ProvisioningInBackground, err
+		// The translation can fail on the driver's answer (a zone
+		// csi-translation-lib cannot parse): no PV can record the volume,
+		// so it is deleted again, as upstream does (see discard).
+		translated, err := inTreeVolume(pv)
+		if err != nil {
+			return p.discard(ctx, claim, pl, vol, err)
 		}
+		pv = translated
 		// kube-controller-manager's PV controller adds it with an update;
 		// set at creation it costs no write.
 		metav1.SetMetaDataAnnotation(&pv.ObjectMeta, storagehelpers.AnnMigratedTo, p.name)
@@ -275,8 +276,9 @@ func (p *Provisioner) releaseIfDeleting(ctx context.Context, claim *corev1.Persi
 }
 
 // discard handles a created volume that must not or cannot be recorded
-// (smaller than requested, without the content source asked for, or an
-// answer no PV can hold): it is deleted again, never recorded in a PV, and
+// (smaller than requested, without the content source asked for, an
+// answer no PV can hold, or one the migrated plugin's in-tree source cannot
+// express): it is deleted again, never recorded in a PV, and
 // the error is not final (ProvisioningInBackground, as upstream), so the
 // library retries. When the delete succeeded and the claim is being
 // deleted, the claim is released and the state is ProvisioningFinished.
