@@ -38,15 +38,16 @@ func (b *Binder) annealMigrated(ctx context.Context, pv *corev1.PersistentVolume
 
 // reportUndeletableInTree posts a Warning on a Released in-tree volume of
 // the migrated plugin, reclaim policy Delete, that no provisioner deletes:
-// one without pv.kubernetes.io/provisioned-by or
-// pv.kubernetes.io/migrated-to naming the driver or the plugin (a static
-// volume), which the provisioning library never hands to Delete, as
-// upstream. kube-controller-manager, whose in-tree plugin is gone, would
+// a static one (without pv.kubernetes.io/provisioned-by) whose
+// pv.kubernetes.io/migrated-to does not name the driver or the plugin,
+// which the provisioning library never hands to Delete, as upstream. A
+// volume another provisioner made is that provisioner's to delete: the
+// advice would have two delete it. kube-controller-manager, whose in-tree plugin is gone, would
 // mark it Failed; it stays Released here, so that naming the driver in
 // migrated-to, as the event suggests, has the provisioner delete it.
 func (b *Binder) reportUndeletableInTree(pv *corev1.PersistentVolume) {
 	if b.cfg.inTree == "" || pv.Spec.CSI != nil ||
-		b.ownsProvisioner(pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]) ||
+		metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnDynamicallyProvisioned) ||
 		b.ownsProvisioner(pv.Annotations[storagehelpers.AnnMigratedTo]) {
 		return
 	}

@@ -46,6 +46,8 @@ func TestInTreeMigration(t *testing.T) {
 	metav1.SetMetaDataAnnotation(&migratedReleased.ObjectMeta, storagehelpers.AnnMigratedTo, driver)
 	provisionedReleased := annealed.DeepCopy()
 	provisionedReleased.Status.Phase = corev1.VolumeReleased
+	otherProvisioner := staticReleased.DeepCopy()
+	metav1.SetMetaDataAnnotation(&otherProvisioner.ObjectMeta, annProvisionedBy, "example.com/old-ebs-provisioner")
 	runSyncCases(t, []syncCase{
 		{
 			name: "a claim of the in-tree class is handed to the driver", opts: migration,
@@ -99,6 +101,12 @@ func TestInTreeMigration(t *testing.T) {
 		{
 			name: "a released volume the in-tree plugin provisioned is left to the provisioner", opts: migration,
 			objects: objs(gp2, provisionedReleased), sync: "pv/pv1",
+		},
+		{
+			// Another provisioner made it and deletes it: the advice to
+			// name the driver in migrated-to would have both delete it.
+			name: "a released in-tree volume of another provisioner gets no Warning", opts: migration,
+			objects: objs(gp2, otherProvisioner), sync: "pv/pv1",
 		},
 	})
 }
