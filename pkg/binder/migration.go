@@ -46,11 +46,17 @@ func (b *Binder) annealMigrated(ctx context.Context, pv *corev1.PersistentVolume
 // mark it Failed; it stays Released here, so that naming the driver in
 // migrated-to, as the event suggests, has the provisioner delete it.
 func (b *Binder) reportUndeletableInTree(pv *corev1.PersistentVolume) {
-	if b.cfg.inTree == "" || pv.Spec.CSI != nil ||
-		metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnDynamicallyProvisioned) ||
-		b.ownsProvisioner(pv.Annotations[storagehelpers.AnnMigratedTo]) {
+	if !b.undeletableInTree(pv) {
 		return
 	}
 	b.recorder.Event(pv, corev1.EventTypeWarning, reasonVolumeFailedDelete, fmt.Sprintf(msgInTreeNotDeleted,
 		b.cfg.inTree, storagehelpers.AnnDynamicallyProvisioned, storagehelpers.AnnMigratedTo, b.driver))
+}
+
+// undeletableInTree reports whether pv is an in-tree volume of the migrated
+// plugin that no provisioner deletes (see reportUndeletableInTree).
+func (b *Binder) undeletableInTree(pv *corev1.PersistentVolume) bool {
+	return b.cfg.inTree != "" && pv.Spec.CSI == nil &&
+		!metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnDynamicallyProvisioned) &&
+		!b.ownsProvisioner(pv.Annotations[storagehelpers.AnnMigratedTo])
 }

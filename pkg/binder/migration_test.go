@@ -2,6 +2,7 @@ package binder
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -138,5 +139,36 @@ func TestInTreeMigrationScope(t *testing.T) {
 	f := newFixture(t, nil, WithInTreeMigration(inTreeEBS))
 	if !f.binder.ownsClass(testutil.NewSC("gp2", inTreeEBS).Obj()) || f.binder.ownsClass(&storagev1.StorageClass{Provisioner: "kubernetes.io/gce-pd"}) {
 		t.Error("ownsClass does not take exactly the driver's and the migrated plugin's classes")
+	}
+}
+
+// TestResyncRenewsInTreeNotDeletedWarning: a Released static in-tree volume
+// (reclaim policy Delete) that no provisioner deletes is explained only by
+// the Warning VolumeFailedDelete that syncVolume posts (release ->
+// reportUndeletableInTree); the README says it "stays Released with a
+// Warning". The API server drops events after an hour, and the binder's
+// recorder renews a cause every 30 minutes, but only when a sync runs: the
+// selective resync must therefore queue that volume.
+func TestResyncRenewsInTreeNotDeletedWarning(t *testing.T) {
+	gp2 := testutil.NewSC("gp2", inTreeEBS).Obj()
+	_, boundPV1 := boundPair(claimB("c1").Class("gp2").Obj(), ebsVolume("pv1"))
+	released := boundPV1.DeepCopy() // claim c1 is gone
+	released.Status.Phase = corev1.VolumeReleased
+
+	f := newFixture(t, objs(gp2, released), WithInTreeMigration(inTreeEBS))
+	// The sync of that state does report something: the Warning.
+	if _, err := f.runSync("pv/pv1"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.events.take(); len(ev) != 1 {
+		t.Fatalf("sync of the released static in-tree volume posted %q, want its one Warning", ev)
+	}
+	// An hour later the event is gone from the API server; the resync is
+	// the only thing that can post it again.
+	f.clock.Step(time.Hour)
+	f.binder.resync(f.ctx)
+	if got := f.queued(); !slices.Contains(got, "pv/pv1") {
+		t.Errorf("resync queued %v: the Released in-tree volume whose only explanation is an event is never synced again (volumeNeedsWork = %v)",
+			got, f.binder.volumeNeedsWork(f.binder.getVolume("pv1")))
 	}
 }

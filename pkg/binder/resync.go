@@ -140,9 +140,12 @@ func (b *Binder) volumeNeedsWork(pv *corev1.PersistentVolume) bool {
 			return true
 		}
 		p := pv.Spec.PersistentVolumeReclaimPolicy
+		if p == corev1.PersistentVolumeReclaimDelete && b.undeletableInTree(pv) {
+			return true // its Warning is renewed by the sync
+		}
 		return p != corev1.PersistentVolumeReclaimDelete && p != corev1.PersistentVolumeReclaimRetain
 	case corev1.VolumeFailed:
-		return claimExists
+		return claimExists || (pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete && b.undeletableInTree(pv))
 	case corev1.VolumeBound:
 		return !claimExists || claim.Spec.VolumeName != pv.Name
 	default:
