@@ -255,7 +255,7 @@ func (p *Provisioner) createFailed(ctx context.Context, claim *corev1.Persistent
 	}
 	p.attempts.final(claim.UID)
 	if _, err := p.releaseIfDeleting(ctx, claim); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not remove the in-flight finalizer after a final CreateVolume answer; the guard retries")
+		klog.FromContext(ctx).Error(err, "Could not remove the in-flight finalizer after a final CreateVolume answer; the claim's next sync (the library's retry, or the guard's on its next change) tries again")
 	}
 	return state, err
 }
@@ -303,7 +303,7 @@ func (p *Provisioner) discard(ctx context.Context, claim *corev1.PersistentVolum
 	p.attempts.final(claim.UID)
 	released, err := p.releaseIfDeleting(ctx, claim)
 	if err != nil {
-		logger.Error(err, "Could not remove the in-flight finalizer after deleting the volume; the guard retries")
+		logger.Error(err, "Could not remove the in-flight finalizer after deleting the volume; the claim's next sync (the library's retry, or the guard's on its next change) tries again")
 	}
 	if released {
 		// Nothing exists and the claim is going away: stop retrying.
