@@ -28,8 +28,14 @@ import (
 )
 
 // DefaultMaxObjects is the number of objects whose last event a
-// [Deduplicator] remembers when it is given no positive limit.
+// [Deduplicator] remembers when it is given no positive limit; beyond it,
+// only entries older than RefreshInterval are forgotten, up to
+// hardMaxFactor times the limit.
 const DefaultMaxObjects = 10000
+
+// hardMaxFactor bounds a Deduplicator at this many times its limit of
+// objects, however recent their entries.
+const hardMaxFactor = 10
 
 // RefreshInterval is how long a [Deduplicator] drops the repetitions of an
 // event; the first one after it is forwarded. Half of kube-apiserver's
@@ -44,8 +50,10 @@ const RefreshInterval = 30 * time.Minute
 // Objects are identified by their UID (an [corev1.ObjectReference] by its
 // UID field); an object without a UID is identified by its Go type,
 // namespace and name. Memory is bounded: beyond the configured number of
-// objects, the least recently used entry is forgotten, so at worst an old
-// cause is reported a second time. Call [Deduplicator.Forget] when an object
+// objects, the least recently used entry is forgotten once it is older than
+// RefreshInterval (its cause would be posted again anyway), and beyond ten
+// times that number whatever its age, so at worst a cause is reported a
+// second time. Call [Deduplicator.Forget] when an object
 // is deleted or reaches a state in which its earlier events no longer apply
 // (a claim that got bound), so that a later repetition of the same cause is
 // reported again.
@@ -215,6 +223,13 @@ func (d *Deduplicator) admit(object runtime.Object, eventtype, reason, message s
 	d.byKey[key] = d.order.PushFront(&entry{key: key, eventtype: eventtype, reason: reason, message: message, at: now})
 	for d.order.Len() > d.max {
 		oldest := d.order.Back()
+		if d.order.Len() <= hardMaxFactor*d.max && now.Sub(oldest.Value.(*entry).at) < RefreshInterval {
+			// Forgetting an entry younger than RefreshInterval would post
+			// its cause again at once: with more objects than max whose
+			// causes are recorded at every resync (in a lister's random
+			// order), nearly every repetition would be posted.
+			break
+		}
 		d.order.Remove(oldest)
 		delete(d.byKey, oldest.Value.(*entry).key)
 	}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -124,13 +125,18 @@ func TestDeduplicator(t *testing.T) {
 			{note: true, obj: a, typ: "Warning", reason: "R", message: "other"},
 			{obj: a, typ: "Warning", reason: "R", message: "m", want: true},
 		}},
-		{name: "bounded: the least recently used object is forgotten", max: 2, steps: []step{
+		{name: "bounded: the least recently used object is forgotten once RefreshInterval old", max: 2, steps: []step{
 			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
 			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
-			{obj: a, typ: "Normal", reason: "R", message: "m"},                      // a is now the most recent
-			{obj: aRecreated, typ: "Normal", reason: "R", message: "m", want: true}, // evicts b
+			{obj: a, typ: "Normal", reason: "R", message: "m", after: RefreshInterval, want: true}, // a is now the most recent
+			{obj: aRecreated, typ: "Normal", reason: "R", message: "m", want: true},                // evicts b, old enough
 			{obj: a, typ: "Normal", reason: "R", message: "m"},
 			{obj: b, typ: "Normal", reason: "R", message: "m", want: true},
+		}},
+		{name: "bounded: a recent entry is kept beyond the limit", max: 1, steps: []step{
+			{obj: a, typ: "Normal", reason: "R", message: "m", want: true},
+			{obj: b, typ: "Normal", reason: "R", message: "m", want: true}, // a is recent: kept
+			{obj: a, typ: "Normal", reason: "R", message: "m"},
 		}},
 	}
 	for _, tt := range tests {
@@ -163,8 +169,8 @@ func TestDeduplicator(t *testing.T) {
 					t.Errorf("step %d (%s %s %q): forwarded = %v, want %v", i, s.typ, s.reason, s.message, got, s.want)
 				}
 			}
-			if tt.max > 0 && d.Len() > tt.max {
-				t.Errorf("remembers %d objects, limit %d", d.Len(), tt.max)
+			if tt.max > 0 && d.Len() > hardMaxFactor*tt.max {
+				t.Errorf("remembers %d objects, hard limit %d", d.Len(), hardMaxFactor*tt.max)
 			}
 		})
 	}
@@ -216,5 +222,32 @@ func TestDeduplicatorUnwritten(t *testing.T) {
 				t.Errorf("Repeats = %v, want %v", got, tt.wantRepeats)
 			}
 		})
+	}
+}
+
+// TestDeduplicatorManyPendingClaims: the binder records the unchanged cause
+// of every pending claim at each 15 s resync, in a lister's random order.
+// With more claims than the limit, ten resyncs (2.5 minutes, far inside
+// RefreshInterval) post each cause once: forgetting recent entries would
+// post nearly every repetition (62,269 events for 12,000 claims before).
+func TestDeduplicatorManyPendingClaims(t *testing.T) {
+	const claims = DefaultMaxObjects * 6 / 5
+	now := time.Unix(1_700_000_000, 0)
+	next := &recorder{}
+	d := NewDeduplicator(next, 0, WithNow(func() time.Time { return now }))
+	order := make([]int, claims)
+	for i := range order {
+		order[i] = i
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 10 {
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			d.Event(claim(fmt.Sprintf("c%d", i), fmt.Sprintf("uid-%d", i)), "Normal", "ExternalProvisioning", "Waiting for a volume to be created")
+		}
+		now = now.Add(15 * time.Second)
+	}
+	if len(next.events) != claims {
+		t.Errorf("%d events forwarded for %d claims in 10 resyncs with one unchanged cause each, want %d", len(next.events), claims, claims)
 	}
 }
