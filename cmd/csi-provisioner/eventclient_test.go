@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/tools/record"
+	testclock "k8s.io/utils/clock/testing"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,4 +93,38 @@ func TestUnwrittenEventPostedAgain(t *testing.T) {
 		list, err := api.CoreV1().Events("ns").List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 1 && list.Items[0].Message == message, err
 	})
+}
+
+// TestEventCorrelatorKeepsTheCurrentCause: a claim's cause flips between
+// two values 30 times (each posted once by the deduplicator), then stays.
+// client-go's default spam filter counts all of an object's events
+// together and, after a burst of 25, drops the current cause, which the
+// deduplicator would then not post again for events.RefreshInterval. With
+// the sidecar's correlator the last cause is written.
+func TestEventCorrelatorKeepsTheCurrentCause(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	opts := eventCorrelatorOptions()
+	opts.Clock = clk
+	c := record.NewEventCorrelatorWithOptions(opts)
+	event := func(message string) *corev1.Event {
+		return &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: "c.1", Namespace: "ns"},
+			InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c", UID: "uid-c"},
+			Source:         corev1.EventSource{Component: "csi-provisioner-binder"},
+			Type:           corev1.EventTypeWarning, Reason: "FailedBinding", Message: message,
+			FirstTimestamp: metav1.NewTime(clk.Now()), LastTimestamp: metav1.NewTime(clk.Now()), Count: 1,
+		}
+	}
+	causes := []string{"cause A", "cause B"}
+	for i := range 30 {
+		c.EventCorrelate(event(causes[i%2]))
+		clk.Step(2 * time.Second)
+	}
+	res, err := c.EventCorrelate(event("cause C"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skip {
+		t.Error(`the correlator dropped the claim's current cause ("cause C") after 30 earlier events of other causes`)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -419,14 +420,27 @@ func buildRESTConfig(cfg *Config) (*rest.Config, error) {
 // 3 MB for nothing.
 const eventCorrelatorCacheSize = 512
 
+// eventCorrelatorOptions are those of newBroadcaster's correlator. Its spam
+// filter counts each cause (reason and message) of an object apart, not
+// all of an object's events together as client-go's default does: the
+// events.Deduplicator in front of it already drops repetitions, and with
+// the default, a cause that flipped back and forth 25 times left the
+// filter dropping the current cause, which the deduplicator, taking it
+// for posted, would not post again for events.RefreshInterval.
+func eventCorrelatorOptions() record.CorrelatorOptions {
+	return record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize, SpamKeyFunc: func(e *corev1.Event) string {
+		return strings.Join([]string{e.Source.Component, e.Source.Host, string(e.InvolvedObject.UID), e.InvolvedObject.Kind,
+			e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Type, e.Reason, e.Message}, "\x00")
+	}}
+}
+
 // newBroadcaster returns the event broadcaster of the provisioner and the
 // binder (the provisioning library has its own). Its writes to client's
 // events are queued on the events.Writer of eventSplitClient; its Shutdown
 // returns once what was recorded before is queued there (see
 // flushingBroadcaster). Each event is also logged (see logEvent).
 func newBroadcaster(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
-	b := record.NewBroadcaster(record.WithContext(ctx),
-		record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize}))
+	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(eventCorrelatorOptions()))
 	logger := klog.FromContext(ctx)
 	b.StartEventWatcher(func(e *corev1.Event) { logEvent(logger, e) })
 	sink := &markerSink{EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}}
