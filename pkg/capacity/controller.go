@@ -172,11 +172,11 @@ type Controller struct {
 	// delivers the object with the written resourceVersion or deletes it,
 	// and when a write of it conflicts or finds it gone.
 	written map[string]*storagev1.CSIStorageCapacity
-	// creating holds the keys of the items whose Create is under way,
-	// each with the names of that item's objects deleted meanwhile: the
-	// informer can deliver a new object's addition and deletion before
-	// Create returns, and the object must then not be recorded.
-	creating map[string][]string
+	// writing holds the keys of the items whose Create or Update is under
+	// way, each with the names of that item's objects deleted meanwhile:
+	// the informer can deliver a written object and its deletion before
+	// the write returns, and the object must then not be recorded.
+	writing map[string][]string
 	// polled holds the records in written at the last poll.
 	polled map[string]*storagev1.CSIStorageCapacity
 }
@@ -212,7 +212,7 @@ func New(client kubernetes.Interface, driver Driver, driverName, namespace strin
 		managedBy:  managedByValue(cfg.node),
 		logger:     klog.Background(),
 		written:    map[string]*storagev1.CSIStorageCapacity{},
-		creating:   map[string][]string{},
+		writing:    map[string][]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.retryStart, cfg.retryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: queueName}),
@@ -519,17 +519,13 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 
 	if current == nil {
 		obj := c.newObject(it, capacity, maxSize)
-		c.mu.Lock()
-		c.creating[key] = nil
-		c.mu.Unlock()
-		created, err := c.client.StorageV1().CSIStorageCapacities(c.namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+		created, recorded, err := c.write(key, func() (*storagev1.CSIStorageCapacity, error) {
+			return c.client.StorageV1().CSIStorageCapacities(c.namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+		})
 		if err != nil {
-			c.mu.Lock()
-			delete(c.creating, key)
-			c.mu.Unlock()
 			return fmt.Errorf("create CSIStorageCapacity for storage class %s and segment %s: %w", it.class, it.segment, err)
 		}
-		if !c.rememberCreated(key, created) {
+		if !recorded {
 			return fmt.Errorf("CSIStorageCapacity %s/%s was deleted right after it was created; creating it again", created.Namespace, created.Name)
 		}
 		logger.V(2).Info("Created CSIStorageCapacity", "csiStorageCapacity", klog.KObj(created), "capacity", capacity, "maximumVolumeSize", maxSize)
@@ -552,14 +548,10 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 		})
 		obj.OwnerReferences = append(obj.OwnerReferences, *c.cfg.owner)
 	}
-	c.mu.Lock()
-	c.creating[key] = nil // as for Create: note deletions until recorded
-	c.mu.Unlock()
-	updated, err := c.client.StorageV1().CSIStorageCapacities(c.namespace).Update(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
+	updated, recorded, err := c.write(key, func() (*storagev1.CSIStorageCapacity, error) {
+		return c.client.StorageV1().CSIStorageCapacities(c.namespace).Update(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
+	})
 	if err != nil {
-		c.mu.Lock()
-		delete(c.creating, key)
-		c.mu.Unlock()
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			// Deleted by someone else (the retry creates it again), or
 			// changed since it was written or cached: the retry starts
@@ -568,7 +560,7 @@ func (c *Controller) syncItem(ctx context.Context, key string) error {
 		}
 		return fmt.Errorf("update CSIStorageCapacity %s/%s: %w", obj.Namespace, obj.Name, err)
 	}
-	if !c.rememberCreated(key, updated) {
+	if !recorded {
 		return fmt.Errorf("CSIStorageCapacity %s/%s was deleted right after it was updated; creating it again", updated.Namespace, updated.Name)
 	}
 	logger.V(2).Info("Updated CSIStorageCapacity", "csiStorageCapacity", klog.KObj(updated), "capacity", capacity, "maximumVolumeSize", maxSize)
@@ -671,20 +663,24 @@ func (c *Controller) deleteObject(ctx context.Context, obj *storagev1.CSIStorage
 	return nil
 }
 
-// rememberCreated ends the Create under way for the item with key and
-// records obj, just created for it, unless the informer already has it. It
-// reports false, recording nothing, when the informer has already deleted
-// it: the item needs a new object.
-func (c *Controller) rememberCreated(key string, obj *storagev1.CSIStorageCapacity) bool {
+// write runs write, a Create or an Update of an object of the item with
+// key, and records the object it returns (see written), unless the
+// informer delivered that object's deletion before write returned:
+// recorded is false then, and the object must be written again.
+func (c *Controller) write(key string, write func() (*storagev1.CSIStorageCapacity, error)) (obj *storagev1.CSIStorageCapacity, recorded bool, err error) {
+	c.mu.Lock()
+	c.writing[key] = nil
+	c.mu.Unlock()
+	obj, err = write()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	deleted := c.creating[key]
-	delete(c.creating, key)
-	if slices.Contains(deleted, obj.Name) {
-		return false
+	deleted := c.writing[key]
+	delete(c.writing, key)
+	if err != nil || slices.Contains(deleted, obj.Name) {
+		return obj, false, err
 	}
 	c.rememberWrittenLocked(key, obj)
-	return true
+	return obj, true, nil
 }
 
 // rememberWrittenLocked records obj, just written, for the item with key,

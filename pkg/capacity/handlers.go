@@ -106,8 +106,8 @@ func (c *Controller) onObjectDelete(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgetWrittenLocked(key, csc.Name)
-	if names, creating := c.creating[key]; creating {
-		c.creating[key] = append(names, csc.Name)
+	if names, writing := c.writing[key]; writing {
+		c.writing[key] = append(names, csc.Name)
 	}
 	if !c.started || !c.isDesiredLocked(key) || c.written[key] != nil {
 		return
