@@ -298,11 +298,7 @@ func (p *Provisioner) becomeOwner(ctx context.Context, claim *corev1.PersistentV
 	}
 
 	if p.node.GetCapacity != nil {
-		if decline := p.checkNodeCapacity(ctx, cur, class); decline != nil && decline.room < 0 {
-			// As upstream: a capacity check that fails does not keep the
-			// claim from being taken; CreateVolume then tells.
-			logger.V(2).Info("Taking the claim although the capacity check failed", "reason", decline.reason)
-		} else if decline != nil {
+		if decline := p.checkNodeCapacity(ctx, cur, class); decline != nil {
 			logger.V(2).Info("Not taking the claim", "reason", decline.reason)
 			p.explainNoCapacity(ctx, cur, *decline)
 			return nil, false, controller.ProvisioningNoChange, &controller.IgnoredError{Reason: decline.reason}
@@ -378,14 +374,14 @@ type capacityDecline struct {
 	reason    string
 	requested int64 // bytes
 	// room is the size the driver could create on this node then
-	// (available, or the maximum volume size when that was the limit);
-	// -1 when GetCapacity failed (becomeOwner takes the claim then).
+	// (available, or the maximum volume size when that was the limit).
 	room int64
 }
 
 // checkNodeCapacity asks the driver whether this node has room for claim.
-// It returns nil if so, otherwise why not (too little room, or the driver
-// cannot tell).
+// It returns nil if so, or if the driver cannot tell (as upstream: a
+// capacity check that fails does not keep the node from taking the claim;
+// CreateVolume then answers), otherwise why not.
 func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) *capacityDecline {
 	request := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	requested := request.Value()
@@ -404,7 +400,8 @@ func (p *Provisioner) checkNodeCapacity(ctx context.Context, claim *corev1.Persi
 	}
 	resp, err := p.node.GetCapacity(ctx, req)
 	if err != nil {
-		return &capacityDecline{reason: fmt.Sprintf("capacity of node %s unknown: GetCapacity: %v", p.node.NodeName, err), requested: requested, room: -1}
+		klog.FromContext(ctx).V(2).Info("Taking the claim although the capacity check failed", "pvc", klog.KObj(claim), "err", err)
+		return nil
 	}
 	if maxSize := resp.GetMaximumVolumeSize(); maxSize != nil && maxSize.GetValue() < requested {
 		return &capacityDecline{

@@ -217,7 +217,7 @@ func (p *Provisioner) volumeDeleted(obj interface{}) {
 
 // explainNoCapacity is called when this node declined claim for capacity
 // (too little room; a GetCapacity that failed does not decline, see
-// becomeOwner). Unless a node (another, or this
+// checkNodeCapacity). Unless a node (another, or this
 // one later) takes the claim within the grace period, it posts the claim's
 // one untaken-claim event with this node's reason. Declined again later (an update of the
 // claim, the library's resync), it renews the event once its explanation
