@@ -290,9 +290,12 @@ func (p *Provisioner) ReferenceGrantHandler() cache.ResourceEventHandler {
 		if err != nil || p.cfg.grants == nil || recheck == nil {
 			return
 		}
-		for _, obj := range p.claimInf.GetStore().List() {
-			if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && c.Namespace == grant.GetNamespace() &&
-				c.DeletionTimestamp != nil && slices.Contains(c.Finalizers, CloneFinalizer) {
+		objs, err := p.claimInf.GetIndexer().ByIndex(cache.NamespaceIndex, grant.GetNamespace())
+		if err != nil {
+			return
+		}
+		for _, obj := range objs {
+			if c, ok := obj.(*corev1.PersistentVolumeClaim); ok && c.DeletionTimestamp != nil && slices.Contains(c.Finalizers, CloneFinalizer) {
 				(*recheck)(c.Namespace + "/" + c.Name)
 			}
 		}
