@@ -51,6 +51,18 @@ func fromNamespace(c *corev1.PersistentVolumeClaim, namespace string) *corev1.Pe
 
 var sourceClaimRef = refgrant.Reference{Namespace: sourceNS, Kind: kindClaim, Name: "src"}
 
+// referenceGrant is a ReferenceGrant object as the dynamic informer
+// delivers it (the handlers read its metadata only).
+func referenceGrant(namespace, name, version, resourceVersion string) *unstructured.Unstructured {
+	g := &unstructured.Unstructured{}
+	g.SetAPIVersion(refgrant.Group + "/" + version)
+	g.SetKind("ReferenceGrant")
+	g.SetNamespace(namespace)
+	g.SetName(name)
+	g.SetResourceVersion(resourceVersion)
+	return g
+}
+
 func TestCrossNamespaceClone(t *testing.T) {
 	tests := []struct {
 		name string
@@ -284,15 +296,7 @@ func TestReferenceGrantNarrowedRechecksSources(t *testing.T) {
 	live.Namespace = sourceNS
 	elsewhere := newClaim("elsewhere").Deleted().Finalizers(CloneFinalizer).Obj() // another namespace
 	h := newHarness(t, cloneCaps(), objs(src, live, elsewhere), WithReferenceGrants(&fakeGrants{}))
-	grant := func(rv string) *unstructured.Unstructured {
-		g := &unstructured.Unstructured{}
-		g.SetAPIVersion(refgrant.Group + "/v1beta1")
-		g.SetKind("ReferenceGrant")
-		g.SetNamespace(sourceNS)
-		g.SetName("allow-ns")
-		g.SetResourceVersion(rv)
-		return g
-	}
+	grant := func(rv string) *unstructured.Unstructured { return referenceGrant(sourceNS, "allow-ns", "v1beta1", rv) }
 	handler := h.p.ReferenceGrantHandler()
 	handler.OnDelete(grant("7")) // the cloning protection does not run: nothing to queue
 	var rechecked []string

@@ -242,3 +242,18 @@ func errString(err error) string {
 }
 
 func isIgnored(err error) bool { return isIgnoredError(err) }
+
+// runGuard runs the in-flight guard with workers in the background, with
+// a logger that writes to t, until the returned stop is called (once, by
+// t's cleanup at the latest); stop returns once the guard has returned.
+func (h *harness) runGuard(t *testing.T, workers int) (stop func()) {
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.p.RunGuard(ctx, workers)
+	}()
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return stop
+}

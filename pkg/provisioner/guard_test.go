@@ -18,8 +18,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
@@ -266,12 +264,7 @@ func TestRunGuard(t *testing.T) {
 	h := newHarness(t, baseCaps(), objs(claim, other, fresh, foreign), WithBinderEnabled(false))
 	h.p.attempts.final(other.UID)
 
-	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.p.RunGuard(ctx, 2)
-	}()
+	stop := h.runGuard(t, 2)
 
 	pv := testutil.NewPV(h.p.VolumeName(claim), testDriver).BoundTo(claim).Obj()
 	if _, err := h.client.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
@@ -315,8 +308,7 @@ func TestRunGuard(t *testing.T) {
 		return err == nil && !inflight.Has(c), err
 	})
 
-	cancel()
-	<-done
+	stop()
 	if slices.Contains(h.writes(), "update persistentvolumeclaims") == false {
 		t.Error("no claim update recorded")
 	}
@@ -563,13 +555,7 @@ func TestGuardWarnsWhenClassDeletedAfterClaim(t *testing.T) {
 	h.p.attempts.begin(claim.UID) // CreateVolume sent, timed out: no final answer
 	h.p.attempts.final(m1.UID)
 
-	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.p.RunGuard(ctx, 1)
-	}()
-	defer func() { cancel(); <-done }()
+	h.runGuard(t, 1)
 	released := func(name string) func(context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
 			c, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Get(ctx, name, metav1.GetOptions{})

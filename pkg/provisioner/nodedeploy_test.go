@@ -550,13 +550,7 @@ func TestNodeDeploymentGuard(t *testing.T) {
 		theirs := selectedFor("theirs", "n1").Obj()
 		mine := selectedFor("mine", thisNode).Obj()
 		h := newHarness(t, baseCaps(), objs(newClass().Obj()), withNode())
-		ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			h.p.RunGuard(ctx, 1)
-		}()
-		defer func() { cancel(); <-done }()
+		h.runGuard(t, 1)
 
 		// Both are seen without the finalizer first: the guard processes
 		// claim events in order, so once mine is recorded, theirs was seen.

@@ -18,7 +18,6 @@ import (
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
-	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // cloneNamed is a claim name in class testClass cloning the claim src.
@@ -140,15 +139,7 @@ func TestRequeueClones(t *testing.T) {
 }
 
 func TestReferenceGrantHandler(t *testing.T) {
-	grant := func(namespace, rv string) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion(refgrant.Group + "/v1")
-		u.SetKind("ReferenceGrant")
-		u.SetNamespace(namespace)
-		u.SetName("g")
-		u.SetResourceVersion(rv)
-		return u
-	}
+	grant := func(namespace, rv string) *unstructured.Unstructured { return referenceGrant(namespace, "g", "v1", rv) }
 	claims := []runtime.Object{
 		fromNamespace(cloneNamed("cross", "src").Phase(corev1.ClaimPending).Obj(), sourceNS),
 		fromNamespace(cloneNamed("cross-bound", "src").Phase(corev1.ClaimBound).VolumeName("pv").Obj(), sourceNS),
