@@ -117,7 +117,9 @@ func TestEventCorrelatorKeepsTheCurrentCause(t *testing.T) {
 	}
 	causes := []string{"cause A", "cause B"}
 	for i := range 30 {
-		c.EventCorrelate(event(causes[i%2]))
+		if _, err := c.EventCorrelate(event(causes[i%2])); err != nil {
+			t.Fatal(err)
+		}
 		clk.Step(2 * time.Second)
 	}
 	res, err := c.EventCorrelate(event("cause C"))
