@@ -86,19 +86,32 @@ func TestKustomizeSecondDriver(t *testing.T) {
 
 // TestLongReleaseNameNamesValid: every name the chart renders must be
 // valid for its kind with any release name Helm accepts (up to 53
-// characters). A Service name is a DNS-1035 label: at most 63 characters.
+// characters, dots and a leading digit allowed). A Service name is a
+// DNS-1035 label (at most 63 characters, no dots, a letter first); the
+// other kinds' names are DNS-1123 subdomains.
 func TestLongReleaseNameNamesValid(t *testing.T) {
 	for _, release := range []string{
 		"acme-block-storage-controller-production",             // 40 characters
 		"acme-enterprise-block-storage-driver-prod-eu-west-1a", // 52
+		"acme.block-storage",                                   // Helm allows dots
+		"1st-driver",                                           // and a digit first
 	} {
-		m, err := helmTemplate(t, release, "default")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range m.find("Service") {
-			if errs := validation.IsDNS1035Label(o.GetName()); len(errs) > 0 {
-				t.Errorf("release %q (%d characters): Service name %q is invalid: %s", release, len(release), o.GetName(), strings.Join(errs, "; "))
+		for _, values := range [][]string{
+			nil,
+			{"--set", "nodeDeployment.enabled=true", "--set", "metrics.serviceMonitor.enabled=true"},
+		} {
+			m, err := helmTemplate(t, release, "default", values...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range m {
+				valid := validation.IsDNS1123Subdomain
+				if o.GetKind() == "Service" {
+					valid = validation.IsDNS1035Label
+				}
+				if errs := valid(o.GetName()); len(errs) > 0 {
+					t.Errorf("release %q (%d characters), values %q: %s name %q is invalid: %s", release, len(release), values, o.GetKind(), o.GetName(), strings.Join(errs, "; "))
+				}
 			}
 		}
 	}

@@ -121,12 +121,18 @@ csi-provisioner.seconds: the Go duration . (as the schema accepts them:
 {{- end -}}
 
 {{/*
-csi-provisioner.metricsServiceName: "<fullname>-metrics", the fullname cut
-so that the whole stays a DNS-1035 label (63 characters) as a Service name
-must.
+csi-provisioner.metricsServiceName: "<fullname>-metrics", a DNS-1035 label
+as a Service name must be: the fullname cut to 55 characters and its dots
+(which Helm allows in a release name) made dashes; "metrics-<fullname>"
+when the release name begins with a digit.
 */}}
 {{- define "csi-provisioner.metricsServiceName" -}}
-{{- printf "%s-metrics" (include "csi-provisioner.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- $base := include "csi-provisioner.fullname" . | replace "." "-" | trunc 55 | trimSuffix "-" -}}
+{{- if regexMatch "^[0-9]" $base -}}
+{{- printf "metrics-%s" $base -}}
+{{- else -}}
+{{- printf "%s-metrics" $base -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
