@@ -53,18 +53,17 @@ func (p *Provisioner) changeInflight(ctx context.Context, claim *corev1.Persiste
 	cur := claim
 	var err error
 	for range maxFinalizerAttempts {
-		clone := cur.DeepCopy()
-		var changed bool
-		if add {
-			changed = inflight.Add(clone)
-			if changed && clone.DeletionTimestamp != nil {
-				return errClaimGone
-			}
-		} else {
-			changed = inflight.Remove(clone)
+		if inflight.Has(cur) == add {
+			return nil // nothing to change: no copy
 		}
-		if !changed {
-			return nil
+		if add && cur.DeletionTimestamp != nil {
+			return errClaimGone
+		}
+		clone := cur.DeepCopy()
+		if add {
+			inflight.Add(clone)
+		} else {
+			inflight.Remove(clone)
 		}
 		_, err = p.client.CoreV1().PersistentVolumeClaims(clone.Namespace).Update(ctx, clone, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
