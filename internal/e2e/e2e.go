@@ -325,8 +325,11 @@ func sidecarEnv() []string {
 	return env
 }
 
-// Restart starts the sidecar again with the same flags after it stopped.
-func (s *Sidecar) Restart() error {
+// Restart starts the sidecar again with the same flags after it stopped,
+// and with extra after them (a later flag overrides an earlier one), as a
+// rolling update that changes flags would.
+func (s *Sidecar) Restart(extra ...string) error {
+	s.args = append(s.args, extra...)
 	p, err := controlplane.StartProcess("csi-provisioner", s.bin, s.args, s.env, s.LogPath)
 	if err != nil {
 		return err

@@ -10,9 +10,30 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
 
 var errCrash = errors.New("binder crashed")
+
+// TestBindDropsRecordedVolumeName: the write that binds a provisioned
+// claim removes the in-flight finalizer and the volume name recorded with
+// it, which has served; a bound claim keeps neither.
+func TestBindDropsRecordedVolumeName(t *testing.T) {
+	c1 := claimB("c1").Class("fast").Obj()
+	f := newFixture(t, objs(classFast(), withVolumeName(handedOver(c1, true), "pv1"),
+		volumeB("pv1").Class("fast").BoundTo(c1).Annotation(annProvisionedBy, driver).Phase(corev1.VolumePending).Obj()))
+	if _, err := f.runSync("pvc/c1"); err != nil {
+		t.Fatal(err)
+	}
+	got := f.claim("c1")
+	if got.Spec.VolumeName != "pv1" || inflight.Has(got) {
+		t.Fatalf("claim volumeName %q, finalizers %v; want bound to pv1 without the in-flight finalizer", got.Spec.VolumeName, got.Finalizers)
+	}
+	if name, ok := got.Annotations[inflight.AnnVolumeName]; ok {
+		t.Errorf("bound claim keeps %s=%q", inflight.AnnVolumeName, name)
+	}
+}
 
 // TestBindResumesAfterCrash stops bind after each of its four writes (the
 // write after it fails, as if the process died), starts a new binder on

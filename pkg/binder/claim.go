@@ -199,7 +199,7 @@ func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.Persistent
 		why := "hand to provisioner"
 		if err := b.checkProvision(ctx, claim, class); err != nil {
 			logger.V(2).Info("Handing the claim to the provisioner without the in-flight finalizer", "pvc", klog.KObj(claim), "reason", err.Error())
-		} else if inflight.Add(clone) {
+		} else if inflight.Add(clone, b.volumeName(clone)) {
 			why += " with in-flight finalizer"
 		}
 		updated, err := b.updateClaim(ctx, clone, why)
@@ -214,6 +214,15 @@ func (b *Binder) handToProvisioner(ctx context.Context, claim *corev1.Persistent
 	}
 	b.recorder.Event(claim, corev1.EventTypeNormal, reasonExternalProvisioning, fmt.Sprintf(msgExternalProvisioning, b.driver))
 	return result{}, nil
+}
+
+// volumeName is the name the provisioner's CreateVolume for claim uses, ""
+// without a [ProvisionChecker].
+func (b *Binder) volumeName(claim *corev1.PersistentVolumeClaim) string {
+	if b.cfg.checker == nil {
+		return ""
+	}
+	return b.cfg.checker.VolumeName(claim)
 }
 
 func (b *Binder) checkProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {

@@ -199,7 +199,7 @@ func TestSyncBoundClaim(t *testing.T) {
 	c1Pending.Status.Phase = corev1.ClaimPending
 	c1Other := claimB("c1").Class("other").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
 	c1Finalizer := c1.DeepCopy()
-	inflight.Add(c1Finalizer)
+	inflight.Add(c1Finalizer, "")
 	c1NoClass := claimB("c1").Class("").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
 	pvNoClass := volumeB("pv1").Class("").BoundTo(c1NoClass).Phase(corev1.VolumeBound).Obj()
 

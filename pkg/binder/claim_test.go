@@ -32,8 +32,16 @@ func handedOver(claim *corev1.PersistentVolumeClaim, finalizer bool) *corev1.Per
 	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, annProvisioner, driver)
 	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, annBetaProvisioner, driver)
 	if finalizer {
-		inflight.Add(claim)
+		inflight.Add(claim, "")
 	}
+	return claim
+}
+
+// withVolumeName returns claim with name recorded as the in-flight
+// finalizer's volume name.
+func withVolumeName(claim *corev1.PersistentVolumeClaim, name string) *corev1.PersistentVolumeClaim {
+	claim = claim.DeepCopy()
+	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, inflight.AnnVolumeName, name)
 	return claim
 }
 
@@ -70,6 +78,10 @@ var _ ProvisionChecker = (*checker)(nil)
 func (c *checker) CheckProvision(context.Context, *corev1.PersistentVolumeClaim, *storagev1.StorageClass) error {
 	c.calls++
 	return c.err
+}
+
+func (c *checker) VolumeName(claim *corev1.PersistentVolumeClaim) string {
+	return "vol-" + string(claim.UID)
 }
 
 func TestSyncPendingClaim(t *testing.T) {
@@ -429,11 +441,11 @@ func TestSyncPendingClaim(t *testing.T) {
 			requeueAfter: 29 * time.Second,
 		},
 		{
-			name:         "provision: a passing check gives the finalizer",
+			name:         "provision: a passing check gives the finalizer, with the volume name recorded",
 			objects:      objs(classFast(), c1),
 			opts:         []Option{WithProvisionCheck(&checker{})},
 			sync:         "pvc/c1",
-			claims:       []*corev1.PersistentVolumeClaim{handedOver(c1, true)},
+			claims:       []*corev1.PersistentVolumeClaim{withVolumeName(handedOver(c1, true), "vol-uid-c1")},
 			actions:      []string{"update pvc/c1"},
 			requeueAfter: 29 * time.Second,
 		},

@@ -25,6 +25,10 @@ func (provisioner) CheckProvision(context.Context, *corev1.PersistentVolumeClaim
 	return nil
 }
 
+func (provisioner) VolumeName(claim *corev1.PersistentVolumeClaim) string {
+	return "pvc-" + string(claim.UID)
+}
+
 // How cmd/csi-provisioner wires the binder: one shared informer factory for
 // all components, the binder constructed before the factory starts, Run in
 // its own goroutine until the process is told to stop.

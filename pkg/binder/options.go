@@ -47,6 +47,11 @@ type ProvisionChecker interface {
 	// provisioner then reports the error on the claim. It must not write
 	// anything and should return quickly: it runs on a binder worker.
 	CheckProvision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error
+	// VolumeName returns the name of the volume the provisioner's
+	// CreateVolume for claim uses. The binder records it with the in-flight
+	// finalizer (inflight.AnnVolumeName), so that every later call, in any
+	// process, uses the same name.
+	VolumeName(claim *corev1.PersistentVolumeClaim) string
 }
 
 // Option configures a [Binder].

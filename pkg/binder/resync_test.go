@@ -55,7 +55,7 @@ func genState(r *rand.Rand) ([]runtime.Object, string) {
 			case 3:
 				pv1.Spec.ClaimRef = nil
 			case 4:
-				inflight.Add(claim)
+				inflight.Add(claim, "")
 			case 5:
 				claim.Status.AccessModes = nil
 			case 6:

@@ -61,7 +61,7 @@ func (p *Provisioner) changeInflight(ctx context.Context, claim *corev1.Persiste
 		}
 		clone := cur.DeepCopy()
 		if add {
-			inflight.Add(clone)
+			inflight.Add(clone, p.VolumeName(clone))
 		} else {
 			inflight.Remove(clone)
 		}

@@ -301,7 +301,7 @@ func TestInflightFinalizer(t *testing.T) {
 			claim: func() *corev1.PersistentVolumeClaim { return newClaim("c").Deleted().Obj() },
 			libCopy: func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 				c = c.DeepCopy()
-				inflight.Add(c)
+				inflight.Add(c, "")
 				return c
 			},
 			wantState: controller.ProvisioningFinished, wantIgnore: true,
@@ -316,7 +316,7 @@ func TestInflightFinalizer(t *testing.T) {
 			libCopy: func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 				c = c.DeepCopy()
 				c.Spec.VolumeName = ""
-				inflight.Add(c)
+				inflight.Add(c, "")
 				return c
 			},
 			wantState: controller.ProvisioningFinished, wantIgnore: true,
@@ -459,6 +459,72 @@ func TestInflightFinalizer(t *testing.T) {
 				t.Errorf("finalizer on the live claim = %v, want %v", got, tt.wantFinal)
 			}
 		})
+	}
+}
+
+// TestNewLeaderWithOtherVolumeNamePrefix: process A (the old leader, default
+// --volume-name-prefix) sends CreateVolume for a claim; the driver creates
+// "pvc-<uid>" but the answer is lost, and A stops (a rolling update). The
+// new leader B runs with another --volume-name-prefix. The claim keeps the
+// in-flight finalizer, whose promise is that the next process repeats the
+// call until an answer says whether the volume exists: B must send the
+// same name, recorded with the finalizer, not create a second volume under
+// a new name and leave A's, which no PV records, in the driver.
+func TestNewLeaderWithOtherVolumeNamePrefix(t *testing.T) {
+	claim, class := newClaim("c").Obj(), newClass().Obj()
+	a := newHarness(t, baseCaps(), objs(claim, class))
+	a.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}}
+	if _, state, err := a.provision(claim, class); err == nil {
+		t.Fatalf("A: Provision = %v, nil; want DeadlineExceeded", state)
+	}
+	sentByA := a.driver.createCalls()[0].GetName()
+	live := a.liveClaim(claim)
+	if !inflight.Has(live) || live.Annotations[inflight.AnnVolumeName] != sentByA {
+		t.Fatalf("after A's call the claim has finalizers %v and %s=%q, want the in-flight finalizer and %q",
+			live.Finalizers, inflight.AnnVolumeName, live.Annotations[inflight.AnnVolumeName], sentByA)
+	}
+
+	b := newHarness(t, baseCaps(), objs(live, class), WithVolumeNamePrefix("vol"))
+	pv, _, err := b.provision(live, class)
+	if err != nil {
+		t.Fatalf("B: Provision: %v", err)
+	}
+	for _, req := range b.driver.createCalls() {
+		if req.GetName() != sentByA {
+			t.Errorf("B sent CreateVolume %q for a claim whose CreateVolume %q (A's, answer lost) may have created a volume", req.GetName(), sentByA)
+		}
+	}
+	if pv.Name != sentByA {
+		t.Errorf("B's PV is %s, want %s (the volume's name)", pv.Name, sentByA)
+	}
+	// A claim B hands over itself is named by B's flags.
+	other := newClaim("d").Obj()
+	if got, want := b.p.VolumeName(other), "vol-"+string(other.UID); got != want {
+		t.Errorf("VolumeName of a new claim = %q, want %q", got, want)
+	}
+}
+
+// TestVolumeNameRecordedForAnotherClaim: a claim restored from a backup
+// keeps its annotations but gets a new UID. A recorded volume name that
+// does not end in the claim's UID (whole, or cut to any length) is another
+// claim's, and must not be used: CreateVolume of that name would hand this
+// claim the other claim's volume.
+func TestVolumeNameRecordedForAnotherClaim(t *testing.T) {
+	h := newHarness(t, baseCaps(), objs(newClass().Obj()))
+	for _, tt := range []struct {
+		recorded, uid, want string
+	}{
+		{recorded: "pvc-0d6e2f3a-1111-2222-3333-444455556666", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
+		{recorded: "old-prefix-0d6e2f3a-1111-2222-3333-444455556666", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "old-prefix-0d6e2f3a-1111-2222-3333-444455556666"},
+		{recorded: "pvc-0d6e2f3a111", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a111"},
+		{recorded: "pvc-9f9f9f9f-1111-2222-3333-444455556666", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
+		{recorded: "pvc-9f9f9f9f", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
+		{recorded: "0d6e2f3a", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
+	} {
+		claim := newClaim("c").UID(tt.uid).Annotation(inflight.AnnVolumeName, tt.recorded).Obj()
+		if got := h.p.VolumeName(claim); got != tt.want {
+			t.Errorf("UID %s, recorded %q: VolumeName = %q, want %q", tt.uid, tt.recorded, got, tt.want)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -239,16 +240,36 @@ func (p *Provisioner) HasSynced() bool {
 func (p *Provisioner) Identity() string { return p.cfg.identity }
 
 // VolumeName returns the name of the PV and of the CSI volume for claim:
-// "<prefix>-<uid>", where the UID is whole, or without dashes and cut to the
-// configured length. It is the library's VolumeName hook, so the library's
-// "PV already exists" check looks for the name this provisioner uses.
+// the name recorded with its in-flight finalizer (inflight.AnnVolumeName),
+// so that a process with other flags repeats the calls of the one before;
+// else "<prefix>-<uid>", where the UID is whole, or without dashes and cut
+// to the configured length. It is the library's VolumeName hook, so the
+// library's "PV already exists" check looks for the name this provisioner
+// uses.
 func (p *Provisioner) VolumeName(claim *corev1.PersistentVolumeClaim) string {
+	if name := claim.Annotations[inflight.AnnVolumeName]; name != "" && namesUID(name, claim.UID) {
+		return name
+	}
 	uid := string(claim.UID)
 	if n := p.cfg.volumeNameUUIDLength; n >= 0 {
 		uid = strings.ReplaceAll(uid, "-", "")
 		uid = uid[:min(n, len(uid))]
 	}
 	return p.cfg.volumeNamePrefix + "-" + uid
+}
+
+// namesUID reports whether name is a volume name that VolumeName could
+// have made for a claim of uid with some prefix and UID length: it ends in
+// "-" and the whole UID, or in "-" and the start of the UID without dashes.
+// A recorded name that does not is another claim's (a claim restored from
+// a backup with its annotations, under a new UID), and using it would hand
+// this claim that claim's volume.
+func namesUID(name string, uid types.UID) bool {
+	if strings.HasSuffix(name, "-"+string(uid)) {
+		return true
+	}
+	i := strings.LastIndex(name, "-")
+	return i > 0 && strings.HasPrefix(strings.ReplaceAll(string(uid), "-", ""), name[i+1:])
 }
 
 // UIDNamePrefix returns the prefix of the volume names that end in the

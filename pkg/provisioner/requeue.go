@@ -1,6 +1,7 @@
 package provisioner
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -86,7 +87,8 @@ func inflightOnly(old, cur interface{}) bool {
 }
 
 // equalButInflight reports whether two versions of a claim are the same
-// but for their resourceVersion, managedFields and in-flight finalizer.
+// but for their resourceVersion, managedFields, in-flight finalizer and the
+// volume name recorded with it.
 func equalButInflight(a, b *corev1.PersistentVolumeClaim) bool {
 	am, bm := a.ObjectMeta, b.ObjectMeta // shallow copies: only their own fields change
 	am.ResourceVersion, bm.ResourceVersion = "", ""
@@ -94,7 +96,22 @@ func equalButInflight(a, b *corev1.PersistentVolumeClaim) bool {
 	notInflight := func(f string) bool { return f == inflight.Finalizer }
 	am.Finalizers = slices.DeleteFunc(slices.Clone(am.Finalizers), notInflight)
 	bm.Finalizers = slices.DeleteFunc(slices.Clone(bm.Finalizers), notInflight)
+	am.Annotations, bm.Annotations = withoutVolumeName(am.Annotations), withoutVolumeName(bm.Annotations)
 	return equality.Semantic.DeepEqual(am, bm) && equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Status, b.Status)
+}
+
+// withoutVolumeName returns annotations without inflight.AnnVolumeName: a
+// copy if it is there, else annotations itself.
+func withoutVolumeName(annotations map[string]string) map[string]string {
+	if _, ok := annotations[inflight.AnnVolumeName]; !ok {
+		return annotations
+	}
+	out := maps.Clone(annotations)
+	delete(out, inflight.AnnVolumeName)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func (i *libraryInformer) remember(h cache.ResourceEventHandler) {

@@ -370,6 +370,9 @@ func TestLibraryClaimUpdates(t *testing.T) {
 	}{
 		{name: "the provisioner adds the in-flight finalizer", old: claim().Obj(), new: withInflight().Obj()},
 		{name: "the guard removes it", old: withInflight().Obj(), new: claim().RV("3").Obj()},
+		{name: "the provisioner adds it with the volume name", old: claim().Obj(), new: withInflight().Annotation(inflight.AnnVolumeName, "pvc-uid-c").Obj()},
+		{name: "the guard removes both", old: withInflight().Annotation(inflight.AnnVolumeName, "pvc-uid-c").Obj(), new: claim().RV("3").Obj()},
+		{name: "the volume name alone changes", old: withInflight().Obj(), new: withInflight().RV("3").Annotation(inflight.AnnVolumeName, "pvc-uid-c").Obj(), want: true},
 		{
 			name: "the binder hands the claim over with it",
 			old:  testutil.NewPVC(testNS, "c").UID("uid-c").Class(testClass).RV("1").Obj(),

@@ -257,6 +257,36 @@ func TestKillDuringCreateVolume(t *testing.T) {
 	s.waitGone(claim.Name, "pvc-"+string(claim.UID))
 }
 
+// TestKillDuringCreateVolumeThenNewPrefix: the sidecar is SIGKILLed while
+// CreateVolume runs (the driver creates the volume and answers late), and
+// the next one starts with another --volume-name-prefix, as a rolling
+// update that changes the flag would. It must repeat the call under the
+// recorded name and bind the claim to that volume: a call under the new
+// name would create a second volume, and the first, which no PV records,
+// would stay in the driver after the claim is deleted.
+func TestKillDuringCreateVolumeThenNewPrefix(t *testing.T) {
+	s := newStack(t, stackConfig{driverArgs: []string{"--create-latency=4s"}, sidecarArgs: []string{"--timeout=30s"}})
+	sc := s.class("slow", nil)
+	claim := s.claim(testutil.NewPVC(s.ns, "renamed").Class(sc.Name))
+	s.waitCreateVolumeStarted(claim)
+	s.kill()
+	if err := s.sidecar.Restart("--volume-name-prefix=vol"); err != nil {
+		t.Fatal(err)
+	}
+	_, pv := s.waitBound(claim.Name)
+	if want := "pvc-" + string(claim.UID); pv.Name != want {
+		t.Errorf("claim bound to %s, want %s (the volume the first sidecar's call created)", pv.Name, want)
+	}
+	vols, err := s.driver.ListVolumes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 {
+		t.Errorf("the driver has %d volumes, want 1", len(vols))
+	}
+	s.deleteAndWaitGone(claim.Name, pv.Name)
+}
+
 // TestImmediateTopologyWithoutNodes: a topology-aware driver whose node
 // plugin runs nowhere yet (no CSINode lists its keys) cannot place an
 // immediate claim's volume. As upstream, the claim is not provisioned, and

@@ -405,6 +405,10 @@ func (refuseProvision) CheckProvision(context.Context, *corev1.PersistentVolumeC
 	return errors.New("no provisioner in this test")
 }
 
+func (refuseProvision) VolumeName(claim *corev1.PersistentVolumeClaim) string {
+	return "pvc-" + string(claim.UID)
+}
+
 var _ binder.ProvisionChecker = refuseProvision{}
 
 // TestBinderMetrics: the binder's metrics, registered in a registry of the
