@@ -119,6 +119,9 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return result{}, err
 	case ours:
+		if delay {
+			b.forgetWaitForConsumer(claim)
+		}
 		// The volume provisioned for the claim, if it does not fit, is
 		// never bound, and the provisioning library provisions nothing
 		// while it exists: say why instead of waiting for a volume "to be
@@ -235,14 +238,32 @@ func (b *Binder) checkProvision(ctx context.Context, claim *corev1.PersistentVol
 // reportWaitForConsumer reports why a delayed-binding claim waits: for a pod
 // to be scheduled, or for a first pod at all.
 func (b *Binder) reportWaitForConsumer(claim *corev1.PersistentVolumeClaim) {
+	reason, message := b.waitForConsumer(claim)
+	b.recorder.Event(claim, corev1.EventTypeNormal, reason, message)
+}
+
+// forgetWaitForConsumer forgets the wait reportWaitForConsumer posted for
+// claim, if that is the claim's last event: a node is selected, so the wait
+// is over, and when the provisioner reschedules the claim (the driver had
+// no room there) the wait starts again and is posted again, as
+// kube-controller-manager posts it at every sync, instead of being dropped
+// as a repetition for RefreshInterval.
+func (b *Binder) forgetWaitForConsumer(claim *corev1.PersistentVolumeClaim) {
+	reason, message := b.waitForConsumer(claim)
+	if b.recorder.Repeats(claim, corev1.EventTypeNormal, reason, message) {
+		b.recorder.Forget(claim.UID)
+	}
+}
+
+func (b *Binder) waitForConsumer(claim *corev1.PersistentVolumeClaim) (reason, message string) {
 	pods := b.unscheduledPods(claim)
 	switch len(pods) {
 	case 0:
-		b.recorder.Event(claim, corev1.EventTypeNormal, reasonWaitForFirstConsumer, msgWaitForFirstConsumer)
+		return reasonWaitForFirstConsumer, msgWaitForFirstConsumer
 	case 1:
-		b.recorder.Event(claim, corev1.EventTypeNormal, reasonWaitForPodScheduled, fmt.Sprintf(msgWaitForPod, pods[0]))
+		return reasonWaitForPodScheduled, fmt.Sprintf(msgWaitForPod, pods[0])
 	default:
-		b.recorder.Event(claim, corev1.EventTypeNormal, reasonWaitForPodScheduled, fmt.Sprintf(msgWaitForPods, strings.Join(pods, ",")))
+		return reasonWaitForPodScheduled, fmt.Sprintf(msgWaitForPods, strings.Join(pods, ","))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-storage/csi-provisioner/internal/events"
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
 )
@@ -419,6 +420,56 @@ func TestSyncBoundClaim(t *testing.T) {
 		},
 	}
 	runSyncCases(t, cases)
+}
+
+// TestWaitForPodScheduledAfterReschedule: a delayed-binding claim waits for
+// its pod (WaitForPodScheduled), the scheduler selects a node, and the
+// provisioner reschedules it (the driver had no room: selected-node
+// removed). The claim waits for its pod again, and says so again, as
+// kube-controller-manager does at every sync; the deduplicator must not
+// take it for a repetition of the wait before the node was selected.
+func TestWaitForPodScheduledAfterReschedule(t *testing.T) {
+	log := &eventLog{}
+	claim := claimB("c1").Class("wait").Obj()
+	pod := testutil.NewPod(ns, "p1", "", "c1")
+	f := newFixture(t, objs(classWait(), claim, pod), WithEventRecorder(events.NewDeduplicator(log, 0)))
+	sync := func() {
+		t.Helper()
+		f.loadInformers()
+		if _, err := f.binder.syncClaim(f.ctx, ns+"/c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setSelectedNode := func(node string) {
+		t.Helper()
+		c := f.claim("c1").DeepCopy()
+		if node == "" {
+			delete(c.Annotations, annSelectedNode)
+		} else {
+			metav1.SetMetaDataAnnotation(&c.ObjectMeta, annSelectedNode, node)
+		}
+		if _, err := f.client.CoreV1().PersistentVolumeClaims(ns).Update(f.ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "pvc/c1 Normal WaitForPodScheduled waiting for pod p1 to be scheduled"
+	sync()
+	if len(log.events) != 1 || log.events[0] != want {
+		t.Fatalf("events before a node is selected = %q, want [%q]", log.events, want)
+	}
+	setSelectedNode("node-1")
+	sync()
+	setSelectedNode("") // rescheduled
+	log.events = nil
+	sync()
+	if len(log.events) != 1 || log.events[0] != want {
+		t.Fatalf("events after the reschedule = %q, want [%q]", log.events, want)
+	}
+	log.events = nil
+	sync()
+	if len(log.events) != 0 {
+		t.Errorf("events at the next sync = %q, want none (one per cause)", log.events)
+	}
 }
 
 // TestEventsAreDeduplicated syncs claims that report something several
