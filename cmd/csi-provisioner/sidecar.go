@@ -107,7 +107,13 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		return err
 	}
 
-	driver, mm, inTree, err := connectDriver(ctx, cfg)
+	var driverOpts []csiclient.Option
+	if leaseFence != nil {
+		// A leader paused past its Lease must not send a create or delete
+		// its fenced API writes could never record.
+		driverOpts = append(driverOpts, csiclient.WithChangeGate(leaseFence.allow))
+	}
+	driver, mm, inTree, err := connectDriver(ctx, cfg, driverOpts...)
 	if err != nil {
 		return err
 	}
@@ -338,17 +344,17 @@ func runLibrary(ctx context.Context, lib *controller.ProvisionController, wg *sy
 // csi-translation-lib; "" for none). For such a driver it connects again
 // with a manager that has upstream's "migrated" label, as upstream does:
 // the driver's name is known only once connected.
-func connectDriver(ctx context.Context, cfg *Config) (*csiclient.Client, metrics.CSIMetricsManager, string, error) {
+func connectDriver(ctx context.Context, cfg *Config, extra ...csiclient.Option) (*csiclient.Client, metrics.CSIMetricsManager, string, error) {
 	connect := func(migration bool) (*csiclient.Client, metrics.CSIMetricsManager, error) {
 		opts := []metrics.MetricsManagerOption{metrics.WithProcessStartTime(false), metrics.WithSubsystem(metrics.SubsystemSidecar)}
 		if migration {
 			opts = append(opts, metrics.WithMigration())
 		}
 		mm := metrics.NewCSIMetricsManagerWithOptions("", opts...)
-		driver, err := csiclient.Connect(ctx, cfg.CSIAddress,
+		driver, err := csiclient.Connect(ctx, cfg.CSIAddress, append([]csiclient.Option{
 			csiclient.WithCallTimeout(cfg.Timeout),
 			csiclient.WithConnectTimeout(cfg.CSIConnectTimeout),
-			csiclient.WithMetrics(mm))
+			csiclient.WithMetrics(mm)}, extra...)...)
 		return driver, mm, err
 	}
 	driver, mm, err := connect(false)

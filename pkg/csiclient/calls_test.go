@@ -255,6 +255,42 @@ func TestProbe(t *testing.T) {
 	}
 }
 
+// TestChangeGate: while the gate refuses (a leader that may have lost its
+// Lease), CreateVolume and DeleteVolume reach no driver (the mock fails
+// the test on any call it does not expect) and fail as "may be in
+// progress"; once the gate allows, each call goes out once.
+func TestChangeGate(t *testing.T) {
+	ctx := t.Context()
+	d := startDriver(t)
+	d.expectConnect()
+	refuse := errors.New("not the leader")
+	var gateErr error
+	c := d.connect(ctx, t, csiclient.WithChangeGate(func() error { return gateErr }))
+
+	gateErr = refuse
+	_, createErr := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"})
+	deleteErr := c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-1"})
+	for _, err := range []error{createErr, deleteErr} {
+		if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), refuse.Error()) {
+			t.Errorf("refused call: error %v, want Aborted naming %q", err, refuse)
+		}
+		if got := csiclient.Classify(err, false); got != csiclient.InProgress {
+			t.Errorf("Classify(%v) = %v, want InProgress: a refused call must not release a claim's in-flight finalizer", err, got)
+		}
+	}
+
+	gateErr = nil
+	d.controller.EXPECT().CreateVolume(gomock.Any(), gomock.Any()).
+		Return(&csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-1"}}, nil).Times(1)
+	d.controller.EXPECT().DeleteVolume(gomock.Any(), gomock.Any()).Return(&csi.DeleteVolumeResponse{}, nil).Times(1)
+	if _, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"}); err != nil {
+		t.Errorf("CreateVolume with the gate open: %v", err)
+	}
+	if err := c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-1"}); err != nil {
+		t.Errorf("DeleteVolume with the gate open: %v", err)
+	}
+}
+
 // TestCallTimeout: a call that the driver does not answer ends at the call
 // timeout (or when the caller cancels), the driver sees the deadline, and the
 // error is InProgress: the driver may still be creating or deleting.

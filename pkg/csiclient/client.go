@@ -14,6 +14,8 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
 
@@ -42,6 +44,7 @@ type options struct {
 	probeTimeout   time.Duration
 	metrics        metrics.CSIMetricsManager
 	onLoss         func(context.Context) bool
+	gate           func() error
 }
 
 // WithCallTimeout bounds every CSI call (the --timeout flag). Default 10s.
@@ -75,6 +78,17 @@ func WithMigrated(ctx context.Context) context.Context {
 func WithOnConnectionLoss(f func(context.Context) bool) Option {
 	return func(o *options) { o.onLoss = f }
 }
+
+// WithChangeGate makes CreateVolume and DeleteVolume ask gate first, and not
+// send the call while it returns an error. With leader election the sidecar
+// gates them on its hold of the Lease: a leader that was paused past its
+// Lease resumes with library retries that are due, and its API writes are
+// fenced; without the gate such a retry could still create a volume that
+// no process records (the new leader may have provisioned, bound and
+// deleted the claim meanwhile). A refused call fails with codes.Aborted,
+// which [Classify] takes for "may be in progress": nothing that keeps a
+// claim's in-flight finalizer is released because of it.
+func WithChangeGate(gate func() error) Option { return func(o *options) { o.gate = gate } }
 
 // Capabilities are what the driver said about itself at start-up. They are
 // read once by [Connect] and never change for the life of a Client.
@@ -125,6 +139,7 @@ type Client struct {
 	caps    Capabilities
 	timeout time.Duration
 	ctrl    csi.ControllerClient
+	gate    func() error
 }
 
 // Connect dials the driver at address (a path, or a unix:// or unix: URL), waits until
@@ -158,7 +173,7 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Client, erro
 		}
 		return nil, fmt.Errorf("connect to the CSI driver at %q within %s: %w", address, o.connectTimeout, err)
 	}
-	c := &Client{address: address, conn: conn, timeout: o.callTimeout, ctrl: csi.NewControllerClient(conn)}
+	c := &Client{address: address, conn: conn, timeout: o.callTimeout, ctrl: csi.NewControllerClient(conn), gate: o.gate}
 	if err := c.init(ctx, o); err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -310,6 +325,9 @@ func (c *Client) Address() string { return c.address }
 // req.Name: repeating it after an InProgress error continues the same
 // creation.
 func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.Volume, error) {
+	if err := c.allow(); err != nil {
+		return nil, &Error{Method: "CreateVolume", Volume: req.GetName(), Err: err}
+	}
 	r := newRedactor(req.GetSecrets())
 	resp, took, err := timed(r.context(ctx), c.timeout, func(ctx context.Context) (*csi.CreateVolumeResponse, error) {
 		return c.ctrl.CreateVolume(ctx, req)
@@ -331,6 +349,9 @@ func (c *Client) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 // that does not exist succeeds (CSI requires it). On failure the error is an
 // *Error, whose message never carries the values of req's secrets.
 func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) error {
+	if err := c.allow(); err != nil {
+		return &Error{Method: "DeleteVolume", Volume: req.GetVolumeId(), Err: err}
+	}
 	r := newRedactor(req.GetSecrets())
 	_, took, err := timed(r.context(ctx), c.timeout, func(ctx context.Context) (*csi.DeleteVolumeResponse, error) {
 		return c.ctrl.DeleteVolume(ctx, req)
@@ -339,6 +360,18 @@ func (c *Client) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	klog.FromContext(ctx).V(2).Info("DeleteVolume", "volumeID", req.GetVolumeId(), "duration", took, "code", Code(err))
 	if err != nil {
 		return &Error{Method: "DeleteVolume", Volume: req.GetVolumeId(), Err: err}
+	}
+	return nil
+}
+
+// allow asks the gate (WithChangeGate) whether a call that changes the
+// backend may be sent; a refusal is a codes.Aborted status naming why.
+func (c *Client) allow() error {
+	if c.gate == nil {
+		return nil
+	}
+	if err := c.gate(); err != nil {
+		return status.Error(codes.Aborted, "not sent: "+err.Error())
 	}
 	return nil
 }
