@@ -10,8 +10,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,6 +35,34 @@ type httpServer struct {
 	// kubeRegistry holds the binder's component-base metrics.
 	kubeRegistry k8smetrics.KubeRegistry
 	metricsMux   *http.ServeMux // the mux that serves metrics: mux, or the --metrics-address one
+	// election is where csi-lib-utils' leader election registers its
+	// /healthz/leader-election check (see electionHealth).
+	election *electionHealth
+}
+
+// electionHealth serves /healthz/leader-election from the moment the
+// listener opens: 200 until the leader election registers its check, then
+// that check. The election starts only once the driver answers and the
+// start-up checks pass, which can take minutes (a driver still
+// initialising its backend); a liveness probe on a path that answered 404
+// until then (or, upstream, on a port not open yet) restarted the sidecar
+// again and again meanwhile, into CrashLoopBackOff, whose delay then
+// outlasted the driver's wait. Nothing can fail to be renewed before the
+// election starts, as client-go's check answers 200 for a process that
+// does not lead. /readyz says what the sidecar waits for.
+type electionHealth struct {
+	check atomic.Pointer[http.Handler]
+}
+
+// Handle is csi-lib-utils' leaderelection.Server: it takes the check.
+func (e *electionHealth) Handle(_ string, h http.Handler) { e.check.Store(&h) }
+
+func (e *electionHealth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := e.check.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	_, _ = w.Write([]byte("ok: the leader election has not started yet (see /readyz)"))
 }
 
 func startHTTP(ctx context.Context, cfg *Config, health *health) (*httpServer, error) {
@@ -54,6 +84,10 @@ func startHTTP(ctx context.Context, cfg *Config, health *health) (*httpServer, e
 	}
 	if cfg.HTTPEndpoint != "" {
 		s.mux.Handle("/readyz", health)
+		if cfg.LeaderElection {
+			s.election = &electionHealth{}
+			s.mux.Handle(leaderelection.HealthCheckerAddress, s.election)
+		}
 	}
 	if cfg.EnablePprof { // on either address, as upstream
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)

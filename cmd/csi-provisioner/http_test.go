@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
+
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 )
 
@@ -89,5 +91,42 @@ func TestPprofOnEitherAddress(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLeaderElectionHealthBeforeElection: /healthz/leader-election, the
+// liveness probe's path, answers 200 from the moment the listener opens,
+// while the sidecar still waits for its driver and the election has not
+// started; a 404 there (or a closed port, upstream) got the sidecar
+// restarted again and again while its driver initialised. Once the
+// election registers its check, that check answers.
+func TestLeaderElectionHealthBeforeElection(t *testing.T) {
+	cfg := Config{HTTPEndpoint: "127.0.0.1:0", LeaderElection: true, MetricsPath: "/metrics"}
+	s, err := startHTTP(t.Context(), &cfg, newHealth())
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() int {
+		rec := httptest.NewRecorder()
+		s.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, leaderelection.HealthCheckerAddress, nil))
+		return rec.Code
+	}
+	if code := get(); code != http.StatusOK {
+		t.Errorf("before the election: status %d, want 200", code)
+	}
+	s.election.Handle(leaderelection.HealthCheckerAddress, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "lease not renewed", http.StatusInternalServerError)
+	}))
+	if code := get(); code != http.StatusInternalServerError {
+		t.Errorf("with the election's check failing: status %d, want 500", code)
+	}
+
+	noLE := Config{HTTPEndpoint: "127.0.0.1:0", MetricsPath: "/metrics"}
+	s, err = startHTTP(t.Context(), &noLE, newHealth())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := get(); code != http.StatusNotFound {
+		t.Errorf("without --leader-election: status %d, want 404 (as upstream)", code)
 	}
 }

@@ -541,8 +541,8 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 	}
 	le := leaderelection.NewLeaderElection(electionClient{Interface: leClient, fence: leaseFence}, name, lead)
 	le.WithIdentity(host + "_" + string(uuid.NewUUID()))
-	if cfg.HTTPEndpoint != "" {
-		le.PrepareHealthCheck(srv.mux, leaderelection.DefaultHealthCheckTimeout)
+	if srv.election != nil {
+		le.PrepareHealthCheck(srv.election, leaderelection.DefaultHealthCheckTimeout)
 	}
 	le.WithNamespace(namespace)
 	if len(cfg.LeaderElectionLabels) > 0 {

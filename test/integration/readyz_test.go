@@ -35,9 +35,10 @@ func TestReadyzDuringStartUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoint := "127.0.0.1:" + strconv.Itoa(port)
-	s := e.startStackWith(stackConfig{kubeconfig: kubeconfig, sidecarArgs: []string{"--http-endpoint=" + endpoint}, noWait: true})
-	readyz := func(ctx context.Context) (int, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/readyz", nil)
+	s := e.startStackWith(stackConfig{kubeconfig: kubeconfig, noWait: true, sidecarArgs: []string{"--http-endpoint=" + endpoint,
+		"--leader-election", "--leader-election-namespace=" + e.ns}})
+	get := func(ctx context.Context, path string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,12 +50,19 @@ func TestReadyzDuringStartUp(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	readyz := func(ctx context.Context) (int, string) { return get(ctx, "/readyz") }
 	if err := s.sidecar.WaitLog(t.Context(), "Start-up read failed; trying again"); err != nil {
 		t.Fatal(err)
 	}
 	code, body := readyz(t.Context())
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "start-up: start-up checks under way") || strings.Contains(body, "csi-driver") {
 		t.Errorf("/readyz during the start-up checks, with the driver connected = %d %q; want 503 naming only the start-up checks", code, body)
+	}
+	// The liveness probe's path: the election has not started, nothing
+	// can fail to be renewed, and a failure would get the sidecar
+	// restarted while it waits.
+	if code, body := get(t.Context(), "/healthz/leader-election"); code != http.StatusOK {
+		t.Errorf("/healthz/leader-election during the start-up checks = %d %q, want 200", code, body)
 	}
 	refuse.Store(false)
 	testutil.Eventually(t, 0, "/readyz not ready once the start-up checks passed", func(ctx context.Context) (bool, error) {
