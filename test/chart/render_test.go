@@ -419,6 +419,15 @@ func TestRenderToggles(t *testing.T) {
 				t.Errorf("Deployment strategy %q without leader election, want Recreate: a rolling update would run two sidecars that both provision and bind", s)
 			}
 		}},
+		{"leader election on: no surge", nil, func(t *testing.T, m manifest) {
+			// The strategy also rolls out the upgrade that turns leader
+			// election on: a surge pod would lead next to the old pod,
+			// which has no leader election.
+			s := typed[appsv1.Deployment](t, m.one(t, "Deployment")).Spec.Strategy
+			if s.Type != appsv1.RollingUpdateDeploymentStrategyType || s.RollingUpdate == nil || s.RollingUpdate.MaxSurge == nil || s.RollingUpdate.MaxSurge.IntValue() != 0 {
+				t.Errorf("Deployment strategy %+v with leader election, want RollingUpdate with maxSurge 0", s)
+			}
+		}},
 		{"rbac off", []string{"--set", "rbac.create=false"}, func(t *testing.T, m manifest) {
 			for _, k := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
 				if len(m.find(k)) != 0 {
