@@ -472,6 +472,51 @@ func TestWaitForPodScheduledAfterReschedule(t *testing.T) {
 	}
 }
 
+// TestWaitForPodScheduledAfterUnseenReschedule: as
+// TestWaitForPodScheduledAfterReschedule, but no sync saw the node
+// selected: kube-controller-manager's binder handed the claim over, and
+// the binder's queue held the claim's key through both updates.
+func TestWaitForPodScheduledAfterUnseenReschedule(t *testing.T) {
+	log := &eventLog{}
+	claim := claimB("c1").Class("wait").Obj()
+	pod := testutil.NewPod(ns, "p1", "", "c1")
+	f := newFixture(t, objs(classWait(), claim, pod), WithEventRecorder(events.NewDeduplicator(log, 0)))
+	sync := func() {
+		t.Helper()
+		f.loadInformers()
+		if _, err := f.binder.syncClaim(f.ctx, ns+"/c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update := func(change func(m *metav1.ObjectMeta)) {
+		t.Helper()
+		old := f.claim("c1")
+		c := old.DeepCopy()
+		change(&c.ObjectMeta)
+		updated, err := f.client.CoreV1().PersistentVolumeClaims(ns).Update(f.ctx, c, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.binder.onClaimUpdate(old, updated) // each update's handler runs; the syncs coalesce
+	}
+	want := "pvc/c1 Normal WaitForPodScheduled waiting for pod p1 to be scheduled"
+	sync()
+	if len(log.events) != 1 || log.events[0] != want {
+		t.Fatalf("events before a node is selected = %q, want [%q]", log.events, want)
+	}
+	update(func(m *metav1.ObjectMeta) {
+		metav1.SetMetaDataAnnotation(m, annSelectedNode, "node-1")
+		metav1.SetMetaDataAnnotation(m, annProvisioner, driver)
+		metav1.SetMetaDataAnnotation(m, annBetaProvisioner, driver)
+	})
+	update(func(m *metav1.ObjectMeta) { delete(m.Annotations, annSelectedNode) })
+	log.events = nil
+	sync()
+	if len(log.events) != 1 || log.events[0] != want {
+		t.Fatalf("events after the reschedule = %q, want [%q]", log.events, want)
+	}
+}
+
 // TestEventsAreDeduplicated syncs claims that report something several
 // times: each cause is reported once.
 func TestEventsAreDeduplicated(t *testing.T) {

@@ -187,6 +187,11 @@ func (b *Binder) onClaimUpdate(oldObj, newObj interface{}) {
 	b.claimQueue.Add(key)
 	if old, ok := oldObj.(*corev1.PersistentVolumeClaim); ok {
 		b.observeUnusedCondition(old, claim)
+		if storagehelpers.IsDelayBindingProvisioning(old) && !storagehelpers.IsDelayBindingProvisioning(claim) {
+			// Rescheduled: the wait for a pod starts again, even if no
+			// sync saw the node selected (see forgetWaitForConsumer).
+			b.forgetWaitForConsumer(claim)
+		}
 		if old.Spec.VolumeName != claim.Spec.VolumeName && claim.Spec.VolumeName != "" {
 			b.volumeQueue.Add(claim.Spec.VolumeName)
 		}

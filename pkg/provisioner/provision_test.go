@@ -504,27 +504,62 @@ func TestNewLeaderWithOtherVolumeNamePrefix(t *testing.T) {
 	}
 }
 
-// TestVolumeNameRecordedForAnotherClaim: a claim restored from a backup
-// keeps its annotations but gets a new UID. A recorded volume name that
-// does not end in the claim's UID (whole, or cut to any length) is another
-// claim's, and must not be used: CreateVolume of that name would hand this
-// claim the other claim's volume.
+// TestVolumeNameRecordedForAnotherClaim: anybody who may edit a claim may
+// set the volume-name annotation, and a claim restored from a backup keeps
+// it under a new UID. A recorded name is used only on a claim that carries
+// the in-flight finalizer and only if it ends in the claim's own UID
+// (whole, or at least 8 characters of it without dashes): otherwise
+// CreateVolume of that name could hand the claim another claim's volume, or
+// any volume of the backend with a name chosen for it.
 func TestVolumeNameRecordedForAnotherClaim(t *testing.T) {
-	h := newHarness(t, baseCaps(), objs(newClass().Obj()))
+	const uid = "0d6e2f3a-1111-2222-3333-444455556666"
+	configured := "pvc-" + uid
 	for _, tt := range []struct {
-		recorded, uid, want string
+		recorded string
+		noFinal  bool // the claim lacks the in-flight finalizer
+		want     string
 	}{
-		{recorded: "pvc-0d6e2f3a-1111-2222-3333-444455556666", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
-		{recorded: "old-prefix-0d6e2f3a-1111-2222-3333-444455556666", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "old-prefix-0d6e2f3a-1111-2222-3333-444455556666"},
-		{recorded: "pvc-0d6e2f3a111", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a111"},
-		{recorded: "pvc-9f9f9f9f-1111-2222-3333-444455556666", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
-		{recorded: "pvc-9f9f9f9f", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
-		{recorded: "0d6e2f3a", uid: "0d6e2f3a-1111-2222-3333-444455556666", want: "pvc-0d6e2f3a-1111-2222-3333-444455556666"},
+		{recorded: "pvc-" + uid, want: configured},
+		{recorded: "old-prefix-" + uid, want: "old-prefix-" + uid},
+		{recorded: "pvc-0d6e2f3a111", want: "pvc-0d6e2f3a111"},
+		{recorded: "pvc-0d6e2f3a", want: "pvc-0d6e2f3a"},
+		{recorded: "old-prefix-" + uid, noFinal: true, want: configured},
+		{recorded: "pvc-9f9f9f9f-1111-2222-3333-444455556666", want: configured},
+		{recorded: "pvc-9f9f9f9f", want: configured},
+		{recorded: "0d6e2f3a", want: configured},
+		{recorded: "pvc-0d6e2f3", want: configured},
+		{recorded: "pvc-", want: configured},
+		{recorded: "restored-from-backup-", want: configured},
+		{recorded: "other-teams-archive-0", want: configured},
 	} {
-		claim := newClaim("c").UID(tt.uid).Annotation(inflight.AnnVolumeName, tt.recorded).Obj()
-		if got := h.p.VolumeName(claim); got != tt.want {
-			t.Errorf("UID %s, recorded %q: VolumeName = %q, want %q", tt.uid, tt.recorded, got, tt.want)
+		h := newHarness(t, baseCaps(), objs(newClass().Obj()))
+		claim := newClaim("c").UID(uid).Annotation(inflight.AnnVolumeName, tt.recorded).Obj()
+		if !tt.noFinal {
+			inflight.Add(claim, "")
 		}
+		if got := h.p.VolumeName(claim); got != tt.want {
+			t.Errorf("recorded %q, finalizer %v: VolumeName = %q, want %q", tt.recorded, !tt.noFinal, got, tt.want)
+		}
+	}
+}
+
+// TestUserChosenVolumeNameNotSent: a user who sets the volume-name
+// annotation on a new claim does not choose the name CreateVolume gets.
+func TestUserChosenVolumeNameNotSent(t *testing.T) {
+	const uid = "0d6e2f3a-1111-2222-3333-444455556666"
+	claim := newClaim("c").UID(uid).Annotation(inflight.AnnVolumeName, "other-teams-archive-0").Obj()
+	class := newClass().Obj()
+	h := newHarness(t, baseCaps(), objs(claim, class))
+	if _, _, err := h.provision(claim, class); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	for _, req := range h.driver.createCalls() {
+		if got, want := req.GetName(), "pvc-"+uid; got != want {
+			t.Errorf("CreateVolume name %q, chosen by the claim's user; want %q", got, want)
+		}
+	}
+	if got := h.liveClaim(claim).Annotations[inflight.AnnVolumeName]; got != "pvc-"+uid {
+		t.Errorf("recorded name %q, want the configured one", got)
 	}
 }
 

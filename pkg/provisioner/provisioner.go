@@ -240,36 +240,47 @@ func (p *Provisioner) HasSynced() bool {
 func (p *Provisioner) Identity() string { return p.cfg.identity }
 
 // VolumeName returns the name of the PV and of the CSI volume for claim:
-// the name recorded with its in-flight finalizer (inflight.AnnVolumeName),
-// so that a process with other flags repeats the calls of the one before;
-// else "<prefix>-<uid>", where the UID is whole, or without dashes and cut
-// to the configured length. It is the library's VolumeName hook, so the
-// library's "PV already exists" check looks for the name this provisioner
-// uses.
+// "<prefix>-<uid>", where the UID is whole, or without dashes and cut to
+// the configured length; or, for a claim that carries the in-flight
+// finalizer, the name recorded with it (inflight.AnnVolumeName), so that a
+// process with other flags repeats the calls of the one before. It is the
+// library's VolumeName hook, so the library's "PV already exists" check
+// looks for the name this provisioner uses.
 func (p *Provisioner) VolumeName(claim *corev1.PersistentVolumeClaim) string {
-	if name := claim.Annotations[inflight.AnnVolumeName]; name != "" && namesUID(name, claim.UID) {
-		return name
-	}
 	uid := string(claim.UID)
 	if n := p.cfg.volumeNameUUIDLength; n >= 0 {
 		uid = strings.ReplaceAll(uid, "-", "")
 		uid = uid[:min(n, len(uid))]
 	}
-	return p.cfg.volumeNamePrefix + "-" + uid
+	name := p.cfg.volumeNamePrefix + "-" + uid
+	if recorded := claim.Annotations[inflight.AnnVolumeName]; recorded != "" && recorded != name &&
+		inflight.Has(claim) && namesUID(recorded, claim.UID) {
+		return recorded
+	}
+	return name
 }
 
-// namesUID reports whether name is a volume name that VolumeName could
-// have made for a claim of uid with some prefix and UID length: it ends in
-// "-" and the whole UID, or in "-" and the start of the UID without dashes.
-// A recorded name that does not is another claim's (a claim restored from
-// a backup with its annotations, under a new UID), and using it would hand
-// this claim that claim's volume.
+// minRecordedUIDLength is the fewest characters of the claim's UID a
+// recorded volume name must end in to be used.
+const minRecordedUIDLength = 8
+
+// namesUID reports whether name is a volume name that VolumeName could have
+// made for a claim of uid, with some prefix: it ends in "-" and the whole
+// UID, or in "-" and at least minRecordedUIDLength characters from the
+// start of the UID without dashes. Anybody who may edit the claim may set
+// the annotation: a name tied to the claim's own UID cannot be the name of
+// another claim's volume (a claim restored from a backup with its
+// annotations has a new UID), nor a name chosen to reach a volume in the
+// backend, which CreateVolume would return for that name. A shorter UID
+// part (a --volume-name-uuid-length below 8) is not used; the configured
+// name then applies, as before the annotation.
 func namesUID(name string, uid types.UID) bool {
 	if strings.HasSuffix(name, "-"+string(uid)) {
 		return true
 	}
 	i := strings.LastIndex(name, "-")
-	return i > 0 && strings.HasPrefix(strings.ReplaceAll(string(uid), "-", ""), name[i+1:])
+	part := name[i+1:]
+	return i > 0 && len(part) >= minRecordedUIDLength && strings.HasPrefix(strings.ReplaceAll(string(uid), "-", ""), part)
 }
 
 // UIDNamePrefix returns the prefix of the volume names that end in the
