@@ -531,6 +531,8 @@ func TestVolumeNameRecordedForAnotherClaim(t *testing.T) {
 		{recorded: "pvc-", want: configured},
 		{recorded: "restored-from-backup-", want: configured},
 		{recorded: "other-teams-archive-0", want: configured},
+		{recorded: "../../var/lib/x-" + uid, want: configured},
+		{recorded: "Vol-" + uid, want: configured},
 	} {
 		h := newHarness(t, baseCaps(), objs(newClass().Obj()))
 		claim := newClaim("c").UID(uid).Annotation(inflight.AnnVolumeName, tt.recorded).Obj()

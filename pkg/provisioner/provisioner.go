@@ -271,10 +271,14 @@ const minRecordedUIDLength = 8
 // the annotation: a name tied to the claim's own UID cannot be the name of
 // another claim's volume (a claim restored from a backup with its
 // annotations has a new UID), nor a name chosen to reach a volume in the
-// backend, which CreateVolume would return for that name. A shorter UID
+// backend, which CreateVolume would return for that name; and it must be a
+// valid PV name, as every name the flags can make is. A shorter UID
 // part (a --volume-name-uuid-length below 8) is not used; the configured
 // name then applies, as before the annotation.
 func namesUID(name string, uid types.UID) bool {
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return false // no valid PV name (a path, say): never sent to the driver
+	}
 	if strings.HasSuffix(name, "-"+string(uid)) {
 		return true
 	}
