@@ -139,8 +139,9 @@ func TestCrossNamespaceClone(t *testing.T) {
 
 // TestCrossNamespaceCloneProtection: a pending clone in another namespace
 // keeps its source's cloning protection under the feature while a grant
-// allows it or its CreateVolume may have started (the in-flight
-// finalizer); a claim that may not read the source does not (it would keep
+// allows it or its CreateVolume may have started (this process sent one;
+// the in-flight finalizer alone is no proof, the claim's user may add it);
+// a claim that may not read the source does not (it would keep
 // a claim of another namespace from being deleted for ever). Without the
 // feature such a clone is never provisioned and does not count.
 func TestCrossNamespaceCloneProtection(t *testing.T) {
@@ -158,11 +159,13 @@ func TestCrossNamespaceCloneProtection(t *testing.T) {
 		grants     bool
 		allowed    []refgrant.Reference
 		clone      *corev1.PersistentVolumeClaim
+		sent       bool // this process sent a CreateVolume for the clone
 		wantRemove bool
 	}{
 		{name: "feature on, a granted clone pending in another namespace: kept", grants: true, allowed: granted, clone: pending},
 		{name: "feature on, that clone without a grant: removed", grants: true, clone: pending, wantRemove: true},
-		{name: "feature on, a clone without a grant whose create may have started: kept", grants: true, clone: started},
+		{name: "feature on, a clone without a grant whose create may have started: kept", grants: true, clone: started, sent: true},
+		{name: "feature on, a clone without a grant with a finalizer its user added: removed", grants: true, clone: started, wantRemove: true},
 		{name: "feature on, the granted clone bound: removed", grants: true, allowed: granted, clone: bound, wantRemove: true},
 		{name: "feature off: that clone does not count", clone: pending, wantRemove: true},
 	}
@@ -174,6 +177,9 @@ func TestCrossNamespaceCloneProtection(t *testing.T) {
 			}
 			src := deletingSource()
 			h := newHarness(t, cloneCaps(), objs(src, tt.clone), opts...)
+			if tt.sent {
+				h.p.attempts.begin(tt.clone.UID)
+			}
 			if err := h.p.cloneSourceSync(h.ctx, sourceNS+"/src"); err != nil {
 				t.Fatal(err)
 			}
@@ -234,11 +240,13 @@ func TestCrossNamespaceSweep(t *testing.T) {
 		grants   bool
 		allowed  []refgrant.Reference
 		claim    *corev1.PersistentVolumeClaim
+		sent     bool // this process sent a CreateVolume for the claim
 		wantKept bool
 	}{
 		{name: "granted", grants: true, allowed: []refgrant.Reference{snapRef}, claim: pending, wantKept: true},
 		{name: "no grant", grants: true, claim: pending},
-		{name: "no grant, create may have started", grants: true, claim: started, wantKept: true},
+		{name: "no grant, create may have started", grants: true, claim: started, sent: true, wantKept: true},
+		{name: "no grant, a finalizer the claim's user added", grants: true, claim: started},
 		{name: "feature off", claim: pending},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,6 +256,9 @@ func TestCrossNamespaceSweep(t *testing.T) {
 				opts = append(opts, WithReferenceGrants(&fakeGrants{allowed: tt.allowed}))
 			}
 			h := newHarness(t, snapshotCaps(), objs(tt.claim), opts...)
+			if tt.sent {
+				h.p.attempts.begin(tt.claim.UID)
+			}
 			if err := h.p.sweepSnapshots(h.ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -263,13 +263,18 @@ func (p *Provisioner) sourceKey(claim *corev1.PersistentVolumeClaim, kind string
 // snapshot's source protection). A source of its own namespace always may,
 // as upstream. One of another namespace only while a ReferenceGrant
 // allows the claim to read it, or once a CreateVolume for it may have
-// started (the in-flight finalizer, which the binder adds only after the
-// grant check passed): a claim of any namespace could otherwise keep a
-// claim or snapshot it may not read from being deleted, for ever. When
-// the grants cannot be read, it may, to be safe.
+// started in this process (the in-flight finalizer alone is no proof: the
+// claim's user may add it): a claim of any namespace could otherwise keep
+// a claim or snapshot it may not read from being deleted, for ever. When
+// the grants cannot be read, it may, to be safe. After a restart a create
+// that started before it keeps the source only while the grant allows it;
+// upstream never protects a source of another namespace.
 func (p *Provisioner) keepsSourceOf(claim *corev1.PersistentVolumeClaim) bool {
 	ref, ok := sourceRefOf(claim)
-	if !ok || !ref.crossNamespace() || inflight.Has(claim) {
+	if !ok || !ref.crossNamespace() {
+		return true
+	}
+	if inflight.Has(claim) && p.attempts.state(claim.UID).sent() {
 		return true
 	}
 	if p.cfg.grants == nil {
