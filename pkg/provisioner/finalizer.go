@@ -163,6 +163,11 @@ func (s attemptState) over() bool {
 type ledger struct {
 	mu     sync.Mutex
 	states map[types.UID]attemptState
+	// names holds the volume name of the first CreateVolume this process
+	// sent for a claim, until the claim is forgotten: every later call for
+	// it uses that name (see pin), whatever the claim's annotation says
+	// meanwhile.
+	names map[types.UID]string
 	// peak is the most claims states has held since it was made: a Go map
 	// keeps the size of its peak, so after a burst of pending claims (2 MB
 	// for 10,000) forget copies what is left into a smaller one.
@@ -172,7 +177,29 @@ type ledger struct {
 // ledgerShrinkMin is the peak below which the ledger is never copied.
 const ledgerShrinkMin = 1024
 
-func newLedger() *ledger { return &ledger{states: map[types.UID]attemptState{}} }
+func newLedger() *ledger {
+	return &ledger{states: map[types.UID]attemptState{}, names: map[types.UID]string{}}
+}
+
+// pin records name as the claim's volume name, unless one is recorded
+// already. The claim's user may edit the recorded name on the claim
+// (inflight.AnnVolumeName) between two calls; a retry under another name
+// would create a second volume and leave the first, which no PV records.
+func (l *ledger) pin(uid types.UID, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.names[uid]; !ok {
+		l.names[uid] = name
+	}
+}
+
+// pinned returns the volume name pinned for the claim, if any.
+func (l *ledger) pinned(uid types.UID) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name, ok := l.names[uid]
+	return name, ok
+}
 
 // observeClean records that the claim was seen without the finalizer,
 // unless something is known about it already.
@@ -252,12 +279,18 @@ func (l *ledger) forget(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.states, uid)
+	delete(l.names, uid)
 	if l.peak >= ledgerShrinkMin && len(l.states) <= l.peak/4 {
+		// A copy made by hand: maps.Clone would keep the peak's size.
 		states := make(map[types.UID]attemptState, len(l.states))
 		for k, v := range l.states {
 			states[k] = v
 		}
-		l.states, l.peak = states, len(states)
+		names := make(map[types.UID]string, len(l.names))
+		for k, v := range l.names {
+			names[k] = v
+		}
+		l.states, l.names, l.peak = states, names, len(states)
 	}
 }
 

@@ -150,6 +150,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		// deleted or bound elsewhere.
 		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim was released after a final CreateVolume answer"}
 	}
+	p.attempts.pin(claim.UID, pl.req.GetName())
 	if p.caps.VolumeAccessibility && !pl.topologyCached {
 		p.topologies.put(claim.UID, pl.req.GetAccessibilityRequirements())
 	}

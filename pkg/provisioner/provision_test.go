@@ -545,6 +545,45 @@ func TestVolumeNameRecordedForAnotherClaim(t *testing.T) {
 	}
 }
 
+// TestRecordedVolumeNameChangedBetweenRetries: a claim's CreateVolume
+// times out (the driver goes on creating), and the claim's user then
+// edits the recorded volume name to another valid one. The retry must
+// repeat the call under the first name: under the new one the driver
+// would create a second volume, and the first, which no PV records, would
+// leak (counted in no quota).
+func TestRecordedVolumeNameChangedBetweenRetries(t *testing.T) {
+	const uid = "0d6e2f3a-1111-2222-3333-444455556666"
+	claim := newClaim("c").UID(uid).Obj()
+	class := newClass().Obj()
+	h := newHarness(t, baseCaps(), objs(claim, class))
+	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}}
+	if _, state, _ := h.provision(claim, class); state != controller.ProvisioningInBackground {
+		t.Fatalf("first Provision state %v, want in background", state)
+	}
+	h.driver.createAnswers = nil
+	live := h.liveClaim(claim)
+	first := live.Annotations[inflight.AnnVolumeName]
+	edited := live.DeepCopy()
+	edited.Annotations[inflight.AnnVolumeName] = "mine-0d6e2f3a" // the user's edit
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the informer never saw the edit", func(context.Context) (bool, error) {
+		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("c")
+		return err == nil && c.Annotations[inflight.AnnVolumeName] == "mine-0d6e2f3a", nil
+	})
+	if _, _, err := h.provision(edited, class); err != nil {
+		t.Fatalf("second Provision: %v", err)
+	}
+	var names []string
+	for _, req := range h.driver.createCalls() {
+		names = append(names, req.GetName())
+	}
+	if len(names) != 2 || names[0] != first || names[1] != first {
+		t.Errorf("CreateVolume names %q, want the timed-out call (%s) repeated", names, first)
+	}
+}
+
 // TestUserChosenVolumeNameNotSent: a user who sets the volume-name
 // annotation on a new claim does not choose the name CreateVolume gets.
 func TestUserChosenVolumeNameNotSent(t *testing.T) {

@@ -243,10 +243,14 @@ func (p *Provisioner) Identity() string { return p.cfg.identity }
 // "<prefix>-<uid>", where the UID is whole, or without dashes and cut to
 // the configured length; or, for a claim that carries the in-flight
 // finalizer, the name recorded with it (inflight.AnnVolumeName), so that a
-// process with other flags repeats the calls of the one before. It is the
+// process with other flags repeats the calls of the one before; once this
+// process sent a CreateVolume for the claim, the name of that call. It is the
 // library's VolumeName hook, so the library's "PV already exists" check
 // looks for the name this provisioner uses.
 func (p *Provisioner) VolumeName(claim *corev1.PersistentVolumeClaim) string {
+	if name, ok := p.attempts.pinned(claim.UID); ok {
+		return name // a CreateVolume of this process used it (see ledger.pin)
+	}
 	uid := string(claim.UID)
 	if n := p.cfg.volumeNameUUIDLength; n >= 0 {
 		uid = strings.ReplaceAll(uid, "-", "")
