@@ -281,7 +281,16 @@ func (b *Binder) syncPreboundClaim(ctx context.Context, claim *corev1.Persistent
 		// with spec.volumeName: without this event the claim would wait
 		// with no explanation at all. A volume created just before the
 		// claim may not be cached yet (the watches are not ordered): say
-		// it is missing only when the API server agrees.
+		// it is missing only when the API server agrees. Once that is said
+		// (and until the Warning is due again), a resync asks no more: a
+		// namespace's claims naming volumes that do not exist would
+		// otherwise cost one read each at every resync, out of the budget
+		// every other claim's binding shares.
+		missing := fmt.Sprintf(msgCannotBindRequested, claim.Spec.VolumeName, msgRequestedVolumeMissing)
+		if b.recorder.Repeats(claim, corev1.EventTypeWarning, reasonFailedBinding, missing) {
+			_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+			return err
+		}
 		exists, err := b.volumeExistsInAPI(ctx, claim.Spec.VolumeName)
 		if err != nil {
 			return fmt.Errorf("get volume %s requested by claim %s: %w", claim.Spec.VolumeName, claimKey(claim), err)
@@ -290,8 +299,7 @@ func (b *Binder) syncPreboundClaim(ctx context.Context, claim *corev1.Persistent
 			logger.V(4).Info("Requested volume is not cached yet", "pv", claim.Spec.VolumeName)
 		} else {
 			logger.V(4).Info("Requested volume does not exist yet", "pv", claim.Spec.VolumeName)
-			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding,
-				fmt.Sprintf(msgCannotBindRequested, claim.Spec.VolumeName, msgRequestedVolumeMissing))
+			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, missing)
 		}
 		_, err = b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return err

@@ -715,3 +715,35 @@ func TestFindBestMatchAccessModes(t *testing.T) {
 		t.Errorf("findBestMatch(ReadWriteMany claim, pv-ok) = %v, %v; want pv-ok", got, err)
 	}
 }
+
+// TestMissingRequestedVolumeReadOnce: a claim whose spec.volumeName names
+// a volume that does not exist is queued at every resync (it may appear).
+// The API server is asked once, when the Warning is posted; the resyncs
+// after it, while the Warning stands, read nothing: a namespace's many
+// such claims would otherwise spend the client budget that every other
+// claim's binding shares.
+func TestMissingRequestedVolumeReadOnce(t *testing.T) {
+	claim := claimB("c1").Class("fast").VolumeName("missing").Obj()
+	f := newFixture(t, objs(classFast(), claim))
+	for i := range 5 {
+		f.loadInformers()
+		if !f.binder.claimNeedsWork(f.binder.getClaim(ns, "c1")) {
+			t.Fatalf("resync %d: claim not queued", i)
+		}
+		if _, err := f.runSync("pvc/c1"); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	gets := 0
+	for _, a := range f.actions() {
+		if a == "get pv/missing" {
+			gets++
+		}
+	}
+	if gets != 1 {
+		t.Errorf("%d reads of the missing volume over 5 syncs of one claim, want 1 (actions %q)", gets, f.actions())
+	}
+	if got := f.events.take(); len(got) != 1 {
+		t.Errorf("events %q, want one FailedBinding", got)
+	}
+}
