@@ -361,3 +361,23 @@ func TestCrossNamespaceCloneDeletedAfterGrantRevoked(t *testing.T) {
 		t.Errorf("%d CreateVolume calls, want 2 (the timed-out one and its repetition)", n)
 	}
 }
+
+// TestUngrantedCloneWithUserFinalizerDeleted: a user who may not read a
+// claim of another namespace (no ReferenceGrant) creates a claim cloning
+// it with the in-flight finalizer already in its metadata (anybody who may
+// create a claim may set its finalizers), then deletes it. This process
+// never sent a CreateVolume for it. The grant check must still apply: no
+// CreateVolume may copy the other namespace's volume.
+func TestUngrantedCloneWithUserFinalizerDeleted(t *testing.T) {
+	src, pv := sourcePair()
+	src.Obj().Namespace = sourceNS
+	pv.BoundTo(src.Obj())
+	clone := fromNamespace(cloneOf("src").Finalizers(inflight.Finalizer).Deleted().Obj(), sourceNS)
+	class := newClass().Obj()
+	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(&fakeGrants{}))
+	out, state, err := h.provision(clone, class)
+	for _, req := range h.driver.createCalls() {
+		t.Errorf("CreateVolume %s sent from volume %q of namespace %s, which no ReferenceGrant lets namespace %s read (Provision = %v, %v, %v)",
+			req.GetName(), req.GetVolumeContentSource().GetVolume().GetVolumeId(), sourceNS, testNS, out != nil, state, err)
+	}
+}

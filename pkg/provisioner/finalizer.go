@@ -148,6 +148,10 @@ func (s attemptState) sent() bool {
 	return s == attemptSent || s == attemptFinal || s == attemptCreated
 }
 
+// inFlight reports whether, in state s, this process sent a CreateVolume
+// whose answer (or the PV of its volume) may still be missing.
+func (s attemptState) inFlight() bool { return s == attemptSent || s == attemptCreated }
+
 // over reports whether no CreateVolume can still be running in state s:
 // the volume was created, or the last call got a final answer.
 func (s attemptState) over() bool {

@@ -302,10 +302,13 @@ func (p *Provisioner) checkDataSource(claim *corev1.PersistentVolumeClaim, check
 	}
 	namespace := claim.Namespace
 	if ref.crossNamespace() {
-		// A claim being deleted whose create may have started only needs
-		// CreateVolume's answer to let its volume go (the PV is released at
-		// once): a grant revoked meanwhile must not keep it for ever.
-		if p.cfg.grants == nil || claim.DeletionTimestamp == nil || !inflight.Has(claim) || p.attempts.state(claim.UID).idle() {
+		// A claim being deleted whose create this process started only
+		// needs CreateVolume's answer to let its volume go (the PV is
+		// released at once): a grant revoked meanwhile must not keep it
+		// for ever. The in-flight finalizer alone is no proof: the claim's
+		// user may set it, and would then get another namespace's data
+		// copied without a grant.
+		if p.cfg.grants == nil || claim.DeletionTimestamp == nil || !inflight.Has(claim) || !p.attempts.state(claim.UID).inFlight() {
 			if err := p.checkGrant(claim, ref); err != nil {
 				return dataSource{}, err
 			}
