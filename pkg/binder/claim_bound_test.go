@@ -428,92 +428,68 @@ func TestSyncBoundClaim(t *testing.T) {
 // removed). The claim waits for its pod again, and says so again, as
 // kube-controller-manager does at every sync; the deduplicator must not
 // take it for a repetition of the wait before the node was selected.
+// Each update runs the claim handler, as the informer does; the binder
+// syncs the claim while its node is selected, or not at all (its queue
+// held the key through both updates, kube-controller-manager's binder
+// having handed the claim over).
 func TestWaitForPodScheduledAfterReschedule(t *testing.T) {
-	log := &eventLog{}
-	claim := claimB("c1").Class("wait").Obj()
-	pod := testutil.NewPod(ns, "p1", "", "c1")
-	f := newFixture(t, objs(classWait(), claim, pod), WithEventRecorder(events.NewDeduplicator(log, 0)))
-	sync := func() {
-		t.Helper()
-		f.loadInformers()
-		if _, err := f.binder.syncClaim(f.ctx, ns+"/c1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setSelectedNode := func(node string) {
-		t.Helper()
-		c := f.claim("c1").DeepCopy()
-		if node == "" {
-			delete(c.Annotations, annSelectedNode)
-		} else {
-			metav1.SetMetaDataAnnotation(&c.ObjectMeta, annSelectedNode, node)
-		}
-		if _, err := f.client.CoreV1().PersistentVolumeClaims(ns).Update(f.ctx, c, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := "pvc/c1 Normal WaitForPodScheduled waiting for pod p1 to be scheduled"
-	sync()
-	if len(log.events) != 1 || log.events[0] != want {
-		t.Fatalf("events before a node is selected = %q, want [%q]", log.events, want)
-	}
-	setSelectedNode("node-1")
-	sync()
-	setSelectedNode("") // rescheduled
-	log.events = nil
-	sync()
-	if len(log.events) != 1 || log.events[0] != want {
-		t.Fatalf("events after the reschedule = %q, want [%q]", log.events, want)
-	}
-	log.events = nil
-	sync()
-	if len(log.events) != 0 {
-		t.Errorf("events at the next sync = %q, want none (one per cause)", log.events)
-	}
-}
-
-// TestWaitForPodScheduledAfterUnseenReschedule: as
-// TestWaitForPodScheduledAfterReschedule, but no sync saw the node
-// selected: kube-controller-manager's binder handed the claim over, and
-// the binder's queue held the claim's key through both updates.
-func TestWaitForPodScheduledAfterUnseenReschedule(t *testing.T) {
-	log := &eventLog{}
-	claim := claimB("c1").Class("wait").Obj()
-	pod := testutil.NewPod(ns, "p1", "", "c1")
-	f := newFixture(t, objs(classWait(), claim, pod), WithEventRecorder(events.NewDeduplicator(log, 0)))
-	sync := func() {
-		t.Helper()
-		f.loadInformers()
-		if _, err := f.binder.syncClaim(f.ctx, ns+"/c1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	update := func(change func(m *metav1.ObjectMeta)) {
-		t.Helper()
-		old := f.claim("c1")
-		c := old.DeepCopy()
-		change(&c.ObjectMeta)
-		updated, err := f.client.CoreV1().PersistentVolumeClaims(ns).Update(f.ctx, c, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.binder.onClaimUpdate(old, updated) // each update's handler runs; the syncs coalesce
-	}
-	want := "pvc/c1 Normal WaitForPodScheduled waiting for pod p1 to be scheduled"
-	sync()
-	if len(log.events) != 1 || log.events[0] != want {
-		t.Fatalf("events before a node is selected = %q, want [%q]", log.events, want)
-	}
-	update(func(m *metav1.ObjectMeta) {
-		metav1.SetMetaDataAnnotation(m, annSelectedNode, "node-1")
-		metav1.SetMetaDataAnnotation(m, annProvisioner, driver)
-		metav1.SetMetaDataAnnotation(m, annBetaProvisioner, driver)
-	})
-	update(func(m *metav1.ObjectMeta) { delete(m.Annotations, annSelectedNode) })
-	log.events = nil
-	sync()
-	if len(log.events) != 1 || log.events[0] != want {
-		t.Fatalf("events after the reschedule = %q, want [%q]", log.events, want)
+	for _, tc := range []struct {
+		name         string
+		syncSelected bool
+	}{
+		{name: "a sync sees the node selected", syncSelected: true},
+		{name: "no sync sees it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &eventLog{}
+			claim := claimB("c1").Class("wait").Obj()
+			pod := testutil.NewPod(ns, "p1", "", "c1")
+			f := newFixture(t, objs(classWait(), claim, pod), WithEventRecorder(events.NewDeduplicator(log, 0)))
+			sync := func() {
+				t.Helper()
+				f.loadInformers()
+				if _, err := f.binder.syncClaim(f.ctx, ns+"/c1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			update := func(change func(m *metav1.ObjectMeta)) {
+				t.Helper()
+				old := f.claim("c1")
+				c := old.DeepCopy()
+				change(&c.ObjectMeta)
+				updated, err := f.client.CoreV1().PersistentVolumeClaims(ns).Update(f.ctx, c, metav1.UpdateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.binder.onClaimUpdate(old, updated)
+			}
+			want := "pvc/c1 Normal WaitForPodScheduled waiting for pod p1 to be scheduled"
+			sync()
+			if len(log.events) != 1 || log.events[0] != want {
+				t.Fatalf("events before a node is selected = %q, want [%q]", log.events, want)
+			}
+			update(func(m *metav1.ObjectMeta) {
+				metav1.SetMetaDataAnnotation(m, annSelectedNode, "node-1")
+				if !tc.syncSelected {
+					metav1.SetMetaDataAnnotation(m, annProvisioner, driver)
+					metav1.SetMetaDataAnnotation(m, annBetaProvisioner, driver)
+				}
+			})
+			if tc.syncSelected {
+				sync()
+			}
+			update(func(m *metav1.ObjectMeta) { delete(m.Annotations, annSelectedNode) }) // rescheduled
+			log.events = nil
+			sync()
+			if len(log.events) != 1 || log.events[0] != want {
+				t.Fatalf("events after the reschedule = %q, want [%q]", log.events, want)
+			}
+			log.events = nil
+			sync()
+			if len(log.events) != 0 {
+				t.Errorf("events at the next sync = %q, want none (one per cause)", log.events)
+			}
+		})
 	}
 }
 
