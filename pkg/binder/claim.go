@@ -119,9 +119,6 @@ func (b *Binder) syncPendingClaim(ctx context.Context, claim *corev1.PersistentV
 		_, err := b.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return result{}, err
 	case ours:
-		if delay {
-			b.forgetWaitForConsumer(claim)
-		}
 		// The volume provisioned for the claim, if it does not fit, is
 		// never bound, and the provisioning library provisions nothing
 		// while it exists: say why instead of waiting for a volume "to be
@@ -243,9 +240,9 @@ func (b *Binder) reportWaitForConsumer(claim *corev1.PersistentVolumeClaim) {
 }
 
 // forgetWaitForConsumer forgets the wait reportWaitForConsumer posted for
-// claim, if that is the claim's last event: a node is selected, so the wait
-// is over, and when the provisioner reschedules the claim (the driver had
-// no room there) the wait starts again and is posted again, as
+// claim, if that is the claim's last event. The claim handler calls it when
+// the provisioner rescheduled the claim (selected-node removed: the driver
+// had no room there): the wait starts again and is posted again, as
 // kube-controller-manager posts it at every sync, instead of being dropped
 // as a repetition for RefreshInterval.
 func (b *Binder) forgetWaitForConsumer(claim *corev1.PersistentVolumeClaim) {

@@ -188,8 +188,9 @@ func (b *Binder) onClaimUpdate(oldObj, newObj interface{}) {
 	if old, ok := oldObj.(*corev1.PersistentVolumeClaim); ok {
 		b.observeUnusedCondition(old, claim)
 		if storagehelpers.IsDelayBindingProvisioning(old) && !storagehelpers.IsDelayBindingProvisioning(claim) {
-			// Rescheduled: the wait for a pod starts again, even if no
-			// sync saw the node selected (see forgetWaitForConsumer).
+			// Rescheduled: the wait for a pod starts again (see
+			// forgetWaitForConsumer). Every removal comes through here, so
+			// the syncs need not forget the wait themselves.
 			b.forgetWaitForConsumer(claim)
 		}
 		if old.Spec.VolumeName != claim.Spec.VolumeName && claim.Spec.VolumeName != "" {
