@@ -374,10 +374,12 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 	switch {
 	case pv.Spec.ClaimRef == nil:
 		// Re-bind; the selector is not checked (3-3, 3-7). Beyond
-		// upstream: a Lost claim does not take a volume whose claimRef
-		// was removed while a claim that is not Lost is still bound to
-		// it; that claim re-binds it.
-		if user := b.claimUsing(pv, claim); user != nil && claim.Status.Phase == corev1.ClaimLost && user.Status.Phase != corev1.ClaimLost {
+		// upstream: while another claim is still bound to a volume whose
+		// claimRef was removed, a Lost claim does not take it if that
+		// claim is not Lost (it re-binds the volume), and a claim no
+		// binder bound to it (its user set bind-completed) never does.
+		if user := b.claimUsing(pv, claim); user != nil &&
+			(!boundByBinder(pv, claim) || claim.Status.Phase == corev1.ClaimLost && user.Status.Phase != corev1.ClaimLost) {
 			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
 			return nil
 		}
@@ -393,6 +395,11 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 		// moved here by name): that is Misbound, as upstream.
 		return b.bind(ctx, pv, claim)
 	default:
+		// Beyond upstream: a claim that was Bound is recorded on the
+		// volume first, so that it still keeps the volume once Lost.
+		if err := b.recordBound(ctx, pv, claim); err != nil {
+			return err
+		}
 		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimMisbound, msgClaimMisbound)
 	}
 }

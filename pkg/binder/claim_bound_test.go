@@ -341,7 +341,8 @@ func TestSyncBoundClaim(t *testing.T) {
 			objects: objs(classFast(), c1, pvToOther),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
-			actions: []string{"status pvc/c1"},
+			volumes: []*corev1.PersistentVolume{recordBoundClaims(pvToOther, c1.UID)},
+			actions: []string{"update pv/pv1", "status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
 		},
 		{
@@ -360,8 +361,41 @@ func TestSyncBoundClaim(t *testing.T) {
 			objects: objs(classFast(), c1, otherBound, pvUIDRemoved),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
+			volumes: []*corev1.PersistentVolume{recordBoundClaims(pvUIDRemoved, c1.UID)},
+			actions: []string{"update pv/pv1", "status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
+		},
+		{
+			// c1 is recorded on pv1 already: nothing more to write.
+			name:    "3-4-3 bound claim recorded on its volume, which is bound to another claim: Misbound, recorded once",
+			objects: objs(classFast(), c1, recordBoundClaims(pvToOther, "uid-x", c1.UID)),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
 			actions: []string{"status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
+		},
+		{
+			// Its user set bind-completed and spec.volumeName: no binder
+			// bound it, so it must not keep the volume once Lost.
+			name:    "3-4-4 claim never Bound, marked bound by its user, with a volume bound to another claim: Misbound, not recorded",
+			objects: objs(classFast(), c1Pending, pvToOther),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{lost(c1Pending)},
+			actions: []string{"status pvc/c1"},
+			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
+		},
+		{
+			// Upstream binds pv1, and other's data, to c1.
+			name:    "3-3-4 a claim its user marked bound does not take a volume whose claimRef was removed while another claim is still bound to it",
+			objects: objs(classFast(), c1Pending, otherBound, pvUnbound),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
+			name:    "3-3-5 nor while the claim bound to it is Lost and recorded on it",
+			objects: objs(classFast(), c1Pending, lostNamed("other"), recordBoundClaims(pvUnbound, "uid-other")),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
 		},
 		{
 			name:    "3-5 bound claim with bound volume: phases filled in",
@@ -376,7 +410,8 @@ func TestSyncBoundClaim(t *testing.T) {
 			objects: objs(classFast(), c1, pvOtherUID),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{lost(c1)},
-			actions: []string{"status pvc/c1"},
+			volumes: []*corev1.PersistentVolume{recordBoundClaims(pvOtherUID, c1.UID)},
+			actions: []string{"update pv/pv1", "status pvc/c1"},
 			events:  []string{"pvc/c1 Warning ClaimMisbound Two claims are bound to the same volume, this one is bound incorrectly"},
 		},
 		{

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
@@ -59,6 +61,18 @@ func lost(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	return claim
 }
 
+// recordBoundClaims returns pv with uids recorded as claims a binder bound
+// to it (AnnBoundClaims).
+func recordBoundClaims(pv *corev1.PersistentVolume, uids ...types.UID) *corev1.PersistentVolume {
+	pv = pv.DeepCopy()
+	s := make([]string, len(uids))
+	for i, uid := range uids {
+		s[i] = string(uid)
+	}
+	metav1.SetMetaDataAnnotation(&pv.ObjectMeta, AnnBoundClaims, strings.Join(s, ","))
+	return pv
+}
+
 // boundPair returns a claim and volume bound the way bind leaves them.
 func boundPair(claim *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	return boundClaim(claim, pv, true), boundVolume(pv, claim, true)
@@ -103,6 +117,9 @@ func TestSyncPendingClaim(t *testing.T) {
 	// claimRef: pre-bound to c1 by name, or removed.
 	c2OnPV1 := claimB("c2").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").
 		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
+	// c2's user set bind-completed and volumeName on it: no binder bound
+	// it (its status was never Bound).
+	c2Forged := claimB("c2").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
 	byNameInUse := volumeB("pv1").Class("fast").ClaimRef(ns, "c1", "").Phase(corev1.VolumeAvailable).Obj()
 	unboundInUse := volumeB("pv1").Class("fast").Phase(corev1.VolumeAvailable).Obj()
 
@@ -211,6 +228,16 @@ func TestSyncPendingClaim(t *testing.T) {
 		{
 			name:    "1-5 pre-bound volume by name",
 			objects: objs(classFast(), c1, byName, big),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, byName, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(byName, c1, false)},
+			actions: bindActions,
+		},
+		{
+			// Beyond upstream too: a claim that merely says it is bound
+			// to pv1 does not hold a volume an administrator pre-bound.
+			name:    "1-5-1 pre-bound volume by name that another claim's user marked as bound to it",
+			objects: objs(classFast(), c1, c2Forged, byName, big),
 			sync:    "pvc/c1",
 			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1, byName, true)},
 			volumes: []*corev1.PersistentVolume{boundVolume(byName, c1, false)},

@@ -48,7 +48,8 @@
 //     neither released, nor unbound, nor bound to another claim while
 //     another existing claim is still bound to it (bind-completed and
 //     spec.volumeName naming it, being deleted or not: pvc-protection
-//     keeps a claim while pods use it), which only a hand edit of
+//     keeps a claim while pods use it; and bound by a binder, not marked so
+//     by its user: see [AnnBoundClaims]), which only a hand edit of
 //     spec.claimRef (renamed, moved to another claim by name, or removed)
 //     can cause: releasing would delete or hand out that claim's data. A Warning
 //     VolumeStillInUse says how to fix it. A bound claim whose volume's

@@ -136,6 +136,9 @@ func genState(r *rand.Rand) ([]runtime.Object, string) {
 		if r.IntN(3) == 0 {
 			vb.Annotation(annProvisionedBy, driver)
 		}
+		if r.IntN(4) == 0 {
+			vb.Annotation(AnnBoundClaims, "uid-c1")
+		}
 		if r.IntN(6) == 0 {
 			vb.Block()
 		}
@@ -317,12 +320,13 @@ func TestResyncQueuesOnlyWork(t *testing.T) {
 		state = append(state, c, pv)
 	}
 	// The claimRef of "moved" was edited by name from "owner", still bound
-	// to it, to "misbound": both claims are Lost (Misbound), and nothing
-	// changes until one of them goes, so neither is queued.
+	// to it, to "misbound": both claims are Lost (Misbound), owner
+	// recorded on the volume, and nothing changes until one of them goes,
+	// so neither is queued.
 	misbound := claimB("misbound").Class("fast").VolumeName("moved").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
 	owner := claimB("owner").Class("fast").VolumeName("moved").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
 	state = append(state, misbound, owner,
-		volumeB("moved").Class("fast").ClaimRef(ns, "misbound", "").Phase(corev1.VolumeAvailable).Obj())
+		recordBoundClaims(volumeB("moved").Class("fast").ClaimRef(ns, "misbound", "").Phase(corev1.VolumeAvailable).Obj(), owner.UID))
 	state = append(state,
 		claimB("pending").Class("fast").Obj(),
 		volumeB("static").Class("fast").Obj(),                          // Available: idle

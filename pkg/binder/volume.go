@@ -89,7 +89,9 @@ func (b *Binder) syncVolume(ctx context.Context, name string) (result, error) {
 // otherClaimBoundTo returns an existing claim, other than the one ref
 // names (namespace, name and UID: a claim with the UID but another name is
 // another claim, one the claimRef was edited away from), that completed a
-// binding to pv and still names it in spec.volumeName, or nil. A claim
+// binding to pv and still names it in spec.volumeName, or nil. Only a claim
+// a binder bound counts, not one whose user set bind-completed and
+// spec.volumeName (see AnnBoundClaims). A claim
 // being deleted counts: kubernetes.io/pvc-protection keeps it while pods
 // still use the volume, and its deletion queues the volume again. Of
 // several such claims it returns one that is not Lost if there is one (the
@@ -103,7 +105,7 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 		var first *corev1.PersistentVolumeClaim
 		for _, obj := range objs {
 			c, ok := obj.(*corev1.PersistentVolumeClaim)
-			if !ok || !other(c) {
+			if !ok || !other(c) || !boundByBinder(pv, c) {
 				continue
 			}
 			if c.Status.Phase != corev1.ClaimLost {
@@ -119,7 +121,7 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 	}
 	// A claim bound to the volume named after it has no index entry (see
 	// WithUIDNamedVolumes): it can only be the claim whose UID the volume's
-	// name holds. That is the claimRef's claim, unless the claimRef was
+	// name holds, which no user can choose. That is the claimRef's claim, unless the claimRef was
 	// edited or the volume restored under its old name; only then look
 	// for it, through every cached claim.
 	// A claim known to be gone (see newGoneClaims) spares that walk.
@@ -134,7 +136,7 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 			if !ok || c.UID != uid {
 				continue
 			}
-			if c.Spec.VolumeName == pv.Name && metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) {
+			if c.Spec.VolumeName == pv.Name && metav1.HasAnnotation(c.ObjectMeta, storagehelpers.AnnBindCompleted) && other(c) && boundByBinder(pv, c) {
 				bound = c
 			}
 			return true

@@ -35,6 +35,11 @@ func TestSyncVolume(t *testing.T) {
 	c2Elsewhere := claimB("c2").Class("fast").VolumeName("pv2").Annotation(annBindCompleted, "yes").
 		Annotation(annBoundByCtrl, "yes").Phase(corev1.ClaimBound).Obj()
 	c2PreboundToPV1 := claimB("c2").Class("fast").VolumeName("pv1").Obj()
+	// c2's user set bind-completed and volumeName naming pv1 on it; the
+	// binder then marked it Lost (Misbound) without recording it.
+	c2Forged := claimB("c2").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimPending).Obj()
+	c2ForgedLost := lost(c2Forged)
+	c1Lost := lost(c1Bound)
 
 	pending := volumeB("pv1").Class("fast").Phase(corev1.VolumePending).Obj()
 	releasedNoRef := volumeB("pv1").Class("fast").Phase(corev1.VolumeReleased).Obj()
@@ -268,6 +273,35 @@ func TestSyncVolume(t *testing.T) {
 			sync:    "pv/pv1",
 			volumes: []*corev1.PersistentVolume{released(pvDelete)},
 			actions: []string{"get pvc/c1", "status pv/pv1"},
+		},
+		{
+			name:    "guard: a claim its user marked bound to the volume (never Bound) does not keep a volume whose claim is gone",
+			objects: objs(c2Forged, pvDelete),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{released(pvDelete)},
+			actions: []string{"get pvc/c1", "status pv/pv1"},
+		},
+		{
+			name:    "guard: nor once Lost (Misbound), not recorded on the volume",
+			objects: objs(c2ForgedLost, pvDelete),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{released(pvDelete)},
+			actions: []string{"get pvc/c1", "status pv/pv1"},
+		},
+		{
+			name:    "guard: a Lost claim recorded on the volume (bound before its claimRef was edited away) keeps it: Warning",
+			objects: objs(c1Lost, recordBoundClaims(provisionedEditedToGone, c1Lost.UID)),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{recordBoundClaims(provisionedEditedToGone, c1Lost.UID)},
+			actions: []string{"get pvc/gone"},
+			events:  []string{"pv/pv1 Warning VolumeStillInUse " + fmt.Sprintf(msgVolumeStillInUse, ns+"/gone", ns+"/c1")},
+		},
+		{
+			name:    "guard: a Lost claim not recorded (marked Lost by another binder) does not keep it",
+			objects: objs(c1Lost, provisionedEditedToGone),
+			sync:    "pv/pv1",
+			volumes: []*corev1.PersistentVolume{released(provisionedEditedToGone)},
+			actions: []string{"get pvc/gone", "status pv/pv1"},
 		},
 		{
 			name:    "6-3 policy Recycle: Released, then Failed with a warning",

@@ -118,6 +118,12 @@ func TestBinderClaimRefMovedByName(t *testing.T) {
 		}
 		return false, err
 	})
+	// The binder marked the claim Lost (Misbound) and recorded first on
+	// the volume that it was bound, so that it keeps it (AnnBoundClaims).
+	e.waitClaimPhase(claim.Name, corev1.ClaimLost)
+	if v := e.getPV(pv.Name).Annotations[binder.AnnBoundClaims]; v != string(claim.UID) {
+		t.Errorf("volume %s: %s=%q, want the UID of claim %s", pv.Name, binder.AnnBoundClaims, v, claim.Name)
+	}
 	rb.waitResyncs(t, 2)
 	if got := e.getClaim(intruder.Name); got.Spec.VolumeName != "" || got.Annotations[annStorageProv] != e.driver {
 		t.Errorf("claim %s: volumeName %q, storage-provisioner %q; want none, handed to %s", got.Name, got.Spec.VolumeName, got.Annotations[annStorageProv], e.driver)
