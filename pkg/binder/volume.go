@@ -121,9 +121,9 @@ func (b *Binder) otherClaimBoundTo(pv *corev1.PersistentVolume, ref *corev1.Obje
 	}
 	// A claim bound to the volume named after it has no index entry (see
 	// WithUIDNamedVolumes): it can only be the claim whose UID the volume's
-	// name holds, which no user can choose. That is the claimRef's claim, unless the claimRef was
+	// name holds. That is the claimRef's claim, unless the claimRef was
 	// edited or the volume restored under its old name; only then look
-	// for it, through every cached claim.
+	// for it, through every cached claim, by the index's rule.
 	// A claim known to be gone (see newGoneClaims) spares that walk.
 	uid, named := b.volumes.UIDOf(pv.Name)
 	if !named || (uid == ref.UID && b.claimHasUID(ref.Namespace, ref.Name, uid)) || b.gone.Has(uid) {
