@@ -383,6 +383,14 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
 			return nil
 		}
+		// A claim no binder bound to pv (its user set bind-completed)
+		// takes it no more easily than a claim its user pre-bound to it.
+		if !boundByBinder(pv, claim) {
+			if err := checkVolumeSatisfyClaim(pv, claim); err != nil {
+				b.recorder.Event(claim, corev1.EventTypeWarning, reasonVolumeMismatch, fmt.Sprintf(msgCannotBindRequested, pv.Name, err))
+				return nil
+			}
+		}
 		return b.bind(ctx, pv, claim)
 	case pv.Spec.ClaimRef.UID == claim.UID:
 		// Mostly nothing to do; fills in missing phases (3-5).

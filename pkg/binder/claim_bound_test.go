@@ -218,6 +218,9 @@ func TestSyncBoundClaim(t *testing.T) {
 		return claimB(name).Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
 	}
 	pvLabelled := volumeB("pv1").Class("fast").Label("tier", "bronze").Obj()
+	// An unbound volume that does not fit c1, and the same recording c1.
+	pvGold := volumeB("pv1").Class("gold").Size("100Gi").Phase(corev1.VolumeAvailable).Obj()
+	pvGoldRecorded := recordBoundClaims(pvGold, c1Lost.UID)
 	c1Sel := c1.DeepCopy()
 	c1Sel.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
 	pvPreResize := volumeB("pv1").Class("fast").Size("2Gi").Annotation(annPreResizeCapacity, "1Gi").BoundTo(c1).
@@ -390,6 +393,22 @@ func TestSyncBoundClaim(t *testing.T) {
 			objects: objs(classFast(), c1Pending, otherBound, pvUnbound),
 			sync:    "pvc/c1",
 			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+		},
+		{
+			// Upstream re-binds without a check; a claim its user
+			// pre-bound (spec.volumeName alone) is checked first.
+			name:    "3-3-6 a claim its user marked bound takes an unbound volume only if it fits, as a claim its user pre-bound",
+			objects: objs(classFast(), c1Pending, pvGold),
+			sync:    "pvc/c1",
+			events:  []string{`pvc/c1 Warning VolumeMismatch Cannot bind to requested volume "pv1": storageClassName does not match`},
+		},
+		{
+			name:    "3-3-7 the same volume is re-bound to a claim a binder bound to it (Bound, or Lost and recorded)",
+			objects: objs(classFast(), c1Lost, pvGoldRecorded),
+			sync:    "pvc/c1",
+			claims:  []*corev1.PersistentVolumeClaim{boundClaim(c1Lost, pvGoldRecorded, true)},
+			volumes: []*corev1.PersistentVolume{boundVolume(pvGoldRecorded, c1Lost, true)},
+			actions: []string{"update pv/pv1", "status pv/pv1", "status pvc/c1"},
 		},
 		{
 			name:    "3-3-5 nor while the claim bound to it is Lost and recorded on it",

@@ -36,7 +36,7 @@ const (
 	msgClaimMisbound         = "Two claims are bound to the same volume, this one is bound incorrectly"
 	msgRecycleUnsupported    = "Recycle failed: recycling is not supported for CSI volumes; delete the volume or change its reclaim policy to Delete or Retain"
 	msgUnknownReclaimPolicy  = "Volume has unrecognized PersistentVolumeReclaimPolicy"
-	msgVolumeStillInUse      = "Not releasing or unbinding the volume: its claimRef names claim %s, but claim %s is still bound to it (spec.volumeName); if that claim was bound to this volume before the claimRef changed, point spec.claimRef back at it; if not (anybody who may create a claim can set spec.volumeName and pv.kubernetes.io/bind-completed on it), delete that claim"
+	msgVolumeStillInUse      = "Not releasing or unbinding the volume: its claimRef names claim %s, but claim %s, which was bound to it before the claimRef changed, still uses it (spec.volumeName); point spec.claimRef back at that claim, or delete that claim once its data is no longer needed"
 
 	// Ours: kube-controller-manager hands such a claim to the provisioner
 	// again (ExternalProvisioning), which provisions nothing while the
