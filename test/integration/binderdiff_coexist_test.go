@@ -178,6 +178,14 @@ func coexistNormalizers() map[string]func(diffState) {
 			dropEvent(s, "pv/name", "Warning VolumeStillInUse")
 			dropEvent(s, "claim/to-uid", "Warning ClaimMisbound")
 		},
+		// An admin removes the UID from a Bound volume's claimRef: ours
+		// binds the claim again (noUIDDiffers), but kube-controller-
+		// manager's claim sync (every second here) may run first and
+		// mark the claim Lost with ClaimMisbound; ours then binds it
+		// again, and the end state is ours.
+		"bound-edits": func(s diffState) {
+			dropEvent(s, "claim/nouid", "Warning ClaimMisbound")
+		},
 		// A volume out of our binder's scope fits: kube-controller-
 		// manager's binder binds it, ours waits, and says so only when
 		// that takes longer than its provisioning grace (2 s here, as
