@@ -107,13 +107,7 @@ func runSidecar(ctx context.Context, cfg *Config) error {
 		return err
 	}
 
-	var driverOpts []csiclient.Option
-	if leaseFence != nil {
-		// A leader paused past its Lease must not send a create or delete
-		// its fenced API writes could never record.
-		driverOpts = append(driverOpts, csiclient.WithChangeGate(leaseFence.allow))
-	}
-	driver, mm, inTree, err := connectDriver(ctx, cfg, driverOpts...)
+	driver, mm, inTree, err := connectDriver(ctx, cfg, driverOptions(leaseFence)...)
 	if err != nil {
 		return err
 	}
@@ -559,4 +553,15 @@ func runWithLeaderElection(ctx context.Context, cfg *Config, leClient kubernetes
 		return fmt.Errorf("leader election: %w", err)
 	}
 	return nil
+}
+
+// driverOptions returns the driver client's options that depend on leader
+// election: with a Lease fence, CreateVolume and DeleteVolume are gated on
+// it (a leader paused past its Lease must not send a create or delete its
+// fenced API writes could never record).
+func driverOptions(leaseFence *fence) []csiclient.Option {
+	if leaseFence == nil {
+		return nil
+	}
+	return []csiclient.Option{csiclient.WithChangeGate(leaseFence.allow)}
 }
