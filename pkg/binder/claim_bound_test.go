@@ -327,17 +327,18 @@ func TestSyncBoundClaim(t *testing.T) {
 			// c1 lost pv1 to other, which is still bound to it, and pv1's
 			// claimRef was then removed by hand.
 			name:    "3-3-2 a Lost claim does not re-bind a volume whose claimRef was removed while another claim is still bound to it",
-			objects: objs(classFast(), c1Lost, otherBound, pvUnbound),
+			objects: objs(classFast(), c1Lost, otherBound, recordBoundClaims(pvUnbound, c1Lost.UID)),
 			sync:    "pvc/c1",
 			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
 		},
 		{
 			// The same with Lost claims naming pv1 too: the index returns
 			// them in a map's order, and any of them must not hide other.
-			name:    "3-3-3 a Lost claim does not re-bind a volume another claim is bound to, whatever Lost claims also name it",
-			objects: objs(classFast(), c1Lost, lostNamed("lost-a"), lostNamed("lost-b"), lostNamed("lost-c"), lostNamed("lost-d"), lostNamed("lost-e"), lostNamed("lost-f"), lostNamed("lost-g"), otherBound, pvUnbound),
-			sync:    "pvc/c1",
-			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
+			name: "3-3-3 a Lost claim does not re-bind a volume another claim is bound to, whatever Lost claims also name it",
+			objects: objs(classFast(), c1Lost, lostNamed("lost-a"), lostNamed("lost-b"), lostNamed("lost-c"), lostNamed("lost-d"), lostNamed("lost-e"), lostNamed("lost-f"), lostNamed("lost-g"), otherBound,
+				recordBoundClaims(pvUnbound, c1Lost.UID, "uid-lost-a", "uid-lost-b", "uid-lost-c", "uid-lost-d", "uid-lost-e", "uid-lost-f", "uid-lost-g")),
+			sync:   "pvc/c1",
+			events: []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
 		},
 		{
 			name:    "3-4 bound claim with a volume bound to another claim: Misbound",

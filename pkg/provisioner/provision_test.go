@@ -533,6 +533,8 @@ func TestVolumeNameRecordedForAnotherClaim(t *testing.T) {
 		{recorded: "other-teams-archive-0", want: configured},
 		{recorded: "../../var/lib/x-" + uid, want: configured},
 		{recorded: "Vol-" + uid, want: configured},
+		{recorded: uid, want: configured},
+		{recorded: "pvc" + uid, want: configured},
 	} {
 		h := newHarness(t, baseCaps(), objs(newClass().Obj()))
 		claim := newClaim("c").UID(uid).Annotation(inflight.AnnVolumeName, tt.recorded).Obj()

@@ -1,0 +1,144 @@
+package provisioner
+
+import (
+	"context"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-storage/csi-provisioner/internal/testutil"
+	"github.com/kube-storage/csi-provisioner/pkg/inflight"
+	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
+)
+
+// TestCrossNamespaceCloneRetryAfterGrantRevoked: a clone's CreateVolume
+// timed out; its ReferenceGrant is deleted while the claim lives on. The
+// retry must check the grant again and send nothing: only a claim being
+// deleted skips it (to let a created volume go).
+func TestCrossNamespaceCloneRetryAfterGrantRevoked(t *testing.T) {
+	src, pv := sourcePair()
+	src.Obj().Namespace = sourceNS
+	pv.BoundTo(src.Obj())
+	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
+	class := newClass().Obj()
+	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
+	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30}}}
+	h.provision(clone, class)
+	grants.allowed = nil // the ReferenceGrant is deleted
+	out, state, err := h.provision(h.liveClaim(clone), class)
+	if n := len(h.driver.createCalls()); n != 1 || err == nil {
+		t.Errorf("retry after the grant was revoked: %d CreateVolume calls (want 1, the timed-out one), Provision = %v, %v, %v (want the grant error)", n, out != nil, state, err)
+	}
+}
+
+// TestCrossNamespaceCloneFinalDeletedAfterGrantRevoked: the clone's last
+// CreateVolume got a final answer (no volume exists), the grant is
+// deleted and so is the clone. Nothing is in flight: the grant applies,
+// and no CreateVolume may copy the other namespace's volume.
+func TestCrossNamespaceCloneFinalDeletedAfterGrantRevoked(t *testing.T) {
+	src, pv := sourcePair()
+	src.Obj().Namespace = sourceNS
+	pv.BoundTo(src.Obj())
+	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
+	class := newClass().Obj()
+	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
+	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.InvalidArgument)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30}}}
+	h.provision(clone, class)
+	if s := h.p.attempts.state(clone.UID); s != attemptFinal {
+		t.Fatalf("state %v after a final answer, want attemptFinal", s)
+	}
+	grants.allowed = nil
+	deleting := h.liveClaim(clone).DeepCopy()
+	if !inflight.Has(deleting) {
+		t.Fatal("the finalizer was removed already")
+	}
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the informer never saw the clone's deletion", func(context.Context) (bool, error) {
+		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
+		return err == nil && c.DeletionTimestamp != nil, nil
+	})
+	h.provision(deleting, class)
+	if n := len(h.driver.createCalls()); n != 1 {
+		t.Errorf("%d CreateVolume calls, want 1: none may follow a final answer once the grant is gone", n)
+	}
+}
+
+// TestKeepsSourceOfByState: a cross-namespace clone without a grant keeps
+// its source only while it carries the in-flight finalizer and this
+// process sent a CreateVolume for it (answered finally or not).
+func TestKeepsSourceOfByState(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		finalizer bool
+		steps     func(l *ledger, uid types.UID)
+		want      bool
+	}{
+		{name: "sent, finalizer", finalizer: true, steps: func(l *ledger, uid types.UID) { l.begin(uid) }, want: true},
+		{name: "final answer, finalizer", finalizer: true, steps: func(l *ledger, uid types.UID) { l.begin(uid); l.final(uid) }, want: true},
+		{name: "created, no finalizer (the binder removed it at bind)", steps: func(l *ledger, uid types.UID) { l.begin(uid); l.created(uid) }, want: false},
+		{name: "user-set finalizer, nothing sent", finalizer: true, steps: func(*ledger, types.UID) {}, want: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := cloneOf("src")
+			if tt.finalizer {
+				b = b.Finalizers(inflight.Finalizer)
+			}
+			claim := fromNamespace(b.Obj(), sourceNS)
+			h := newHarness(t, cloneCaps(), objs(claim), WithReferenceGrants(&fakeGrants{}))
+			tt.steps(h.p.attempts, claim.UID)
+			if got := h.p.keepsSourceOf(claim); got != tt.want {
+				t.Errorf("keepsSourceOf = %t, want %t", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCrossNamespaceCloneCreatedDeletedAfterGrantRevoked: the clone's
+// CreateVolume succeeded but its PV was never saved (the library gives the
+// claim back before its informer has the PV, or the save failed); the
+// ReferenceGrant is then deleted and so is the clone. The volume exists in
+// the backend: Provision must still return its PV (a repeated
+// CreateVolume, answered from the existing volume), or the volume leaks
+// and the claim keeps its in-flight finalizer for ever.
+func TestCrossNamespaceCloneCreatedDeletedAfterGrantRevoked(t *testing.T) {
+	src, pv := sourcePair()
+	src.Obj().Namespace = sourceNS
+	pv.BoundTo(src.Obj())
+	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
+	class := newClass().Obj()
+	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
+	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	vol := &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30,
+		ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "handle-pv-src"}}}}
+	h.driver.createAnswers = []createAnswer{{vol: vol}, {vol: vol}}
+	if out, _, err := h.provision(clone, class); err != nil || out == nil {
+		t.Fatalf("first Provision = %v, %v; want the PV", out, err)
+	}
+	if s := h.p.attempts.state(clone.UID); s != attemptCreated {
+		t.Fatalf("state %v after the create, want attemptCreated", s)
+	}
+
+	grants.allowed = nil // the ReferenceGrant is deleted
+	deleting := h.liveClaim(clone).DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "the informer never saw the clone's deletion", func(context.Context) (bool, error) {
+		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
+		return err == nil && c.DeletionTimestamp != nil, nil
+	})
+	pvOut, state, err := h.provision(deleting, class)
+	if err != nil || pvOut == nil {
+		t.Fatalf("Provision of the deleted clone whose volume was created = %v, %v, %v; want its volume's PV, so that it is released and deleted", pvOut, state, err)
+	}
+}
