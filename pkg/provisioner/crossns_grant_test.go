@@ -28,7 +28,9 @@ func TestCrossNamespaceCloneRetryAfterGrantRevoked(t *testing.T) {
 	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
 	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
 	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30}}}
-	h.provision(clone, class)
+	if _, _, err := h.provision(clone, class); err == nil {
+		t.Fatal("the first Provision succeeded, want the timeout")
+	}
 	grants.allowed = nil // the ReferenceGrant is deleted
 	out, state, err := h.provision(h.liveClaim(clone), class)
 	if n := len(h.driver.createCalls()); n != 1 || err == nil {
@@ -49,7 +51,9 @@ func TestCrossNamespaceCloneFinalDeletedAfterGrantRevoked(t *testing.T) {
 	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
 	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
 	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.InvalidArgument)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30}}}
-	h.provision(clone, class)
+	if _, _, err := h.provision(clone, class); err == nil {
+		t.Fatal("the first Provision succeeded, want the final answer")
+	}
 	if s := h.p.attempts.state(clone.UID); s != attemptFinal {
 		t.Fatalf("state %v after a final answer, want attemptFinal", s)
 	}
@@ -66,7 +70,9 @@ func TestCrossNamespaceCloneFinalDeletedAfterGrantRevoked(t *testing.T) {
 		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
 		return err == nil && c.DeletionTimestamp != nil, nil
 	})
-	h.provision(deleting, class)
+	if out, _, err := h.provision(deleting, class); out != nil {
+		t.Errorf("Provision of the deleted clone = a PV, %v; want none", err)
+	}
 	if n := len(h.driver.createCalls()); n != 1 {
 		t.Errorf("%d CreateVolume calls, want 1: none may follow a final answer once the grant is gone", n)
 	}
