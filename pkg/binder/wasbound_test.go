@@ -60,3 +60,31 @@ func TestRecordBoundFailureKeepsClaimBound(t *testing.T) {
 		t.Errorf("c1 phase %q, want still Bound until it is recorded on the volume", p)
 	}
 }
+
+// TestOtherClaimBoundToPrefersNotLost: of several claims a binder bound
+// to a volume, otherClaimBoundTo returns one that is not Lost, whatever
+// order the index gives them in (a map's, so it is asked many times). A
+// Lost claim returned instead would let another Lost claim take the
+// volume from the claim still bound to it (TestSyncBoundClaim 3-3-3).
+func TestOtherClaimBoundToPrefersNotLost(t *testing.T) {
+	state := objs(classFast())
+	var uids []types.UID
+	for _, name := range []string{"lost-a", "lost-b", "lost-c", "lost-d", "lost-e", "lost-f", "lost-g"} {
+		c := claimB(name).Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimLost).Obj()
+		uids = append(uids, c.UID)
+		state = append(state, c)
+	}
+	bound := claimB("bound").Class("fast").VolumeName("pv1").Annotation(annBindCompleted, "yes").Phase(corev1.ClaimBound).Obj()
+	pv := recordBoundClaims(volumeB("pv1").Class("fast").Phase(corev1.VolumeAvailable).Obj(), uids...)
+	f := newFixture(t, append(state, bound, pv))
+	ref := &corev1.ObjectReference{Namespace: ns, Name: "c1", UID: "uid-c1"}
+	for range 64 {
+		got := "none"
+		if c := f.binder.otherClaimBoundTo(f.binder.getVolume("pv1"), ref); c != nil {
+			got = c.Name
+		}
+		if got != bound.Name {
+			t.Fatalf("otherClaimBoundTo = %s, want %s, the claim that is not Lost", got, bound.Name)
+		}
+	}
+}
