@@ -51,10 +51,10 @@ func (d *gateTestDriver) DeleteVolume(context.Context, *csi.DeleteVolumeRequest)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// TestConnectDriverPassesTheChangeGate: the options runSidecar adds (the
-// Lease fence's change gate) reach the driver client, so a fenced
-// process sends no CreateVolume or DeleteVolume.
-func TestConnectDriverPassesTheChangeGate(t *testing.T) {
+// connectGateTestDriver serves a gateTestDriver on a unix socket and
+// connects to it as runSidecar does, with opts.
+func connectGateTestDriver(t *testing.T, opts ...csiclient.Option) (*gateTestDriver, *csiclient.Client) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -65,16 +65,23 @@ func TestConnectDriverPassesTheChangeGate(t *testing.T) {
 	csi.RegisterIdentityServer(srv, d)
 	csi.RegisterControllerServer(srv, d)
 	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-
+	t.Cleanup(srv.Stop)
 	cfg := newConfig()
 	cfg.CSIAddress, cfg.Timeout, cfg.CSIConnectTimeout = sock, 10*time.Second, 10*time.Second
-	driver, _, _, err := connectDriver(t.Context(), cfg, csiclient.WithChangeGate(func() error { return errors.New("fenced") }))
+	driver, _, _, err := connectDriver(t.Context(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = driver.Close() }()
-	_, err = driver.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "pvc-1"})
+	t.Cleanup(func() { _ = driver.Close() })
+	return d, driver
+}
+
+// TestConnectDriverPassesTheChangeGate: the options runSidecar adds (the
+// Lease fence's change gate) reach the driver client, so a fenced
+// process sends no CreateVolume or DeleteVolume.
+func TestConnectDriverPassesTheChangeGate(t *testing.T) {
+	d, driver := connectGateTestDriver(t, csiclient.WithChangeGate(func() error { return errors.New("fenced") }))
+	_, err := driver.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "pvc-1"})
 	if status.Code(errors.Unwrap(err)) != codes.Aborted && status.Code(err) != codes.Aborted {
 		t.Errorf("CreateVolume through a closed gate: %v, want Aborted", err)
 	}
@@ -91,25 +98,8 @@ func TestDriverOptionsGateOnTheFence(t *testing.T) {
 	if opts := driverOptions(nil); len(opts) != 0 {
 		t.Errorf("without leader election: %d options, want none", len(opts))
 	}
-	sock := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &gateTestDriver{}
-	srv := grpc.NewServer()
-	csi.RegisterIdentityServer(srv, d)
-	csi.RegisterControllerServer(srv, d)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	cfg := newConfig()
-	cfg.CSIAddress, cfg.Timeout, cfg.CSIConnectTimeout = sock, 10*time.Second, 10*time.Second
 	notLeading := newFence(15*time.Second, func(string) {})
-	driver, _, _, err := connectDriver(t.Context(), cfg, driverOptions(notLeading)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = driver.Close() }()
+	d, driver := connectGateTestDriver(t, driverOptions(notLeading)...)
 	_, _ = driver.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "pvc-1"})
 	if n := d.creates.Load(); n != 0 {
 		t.Errorf("%d CreateVolume calls from a process that does not hold the Lease, want none", n)

@@ -486,14 +486,17 @@ func TestSyncBoundClaim(t *testing.T) {
 // Each update runs the claim handler, as the informer does; the binder
 // syncs the claim while its node is selected, or not at all (its queue
 // held the key through both updates, kube-controller-manager's binder
-// having handed the claim over).
+// having handed the claim over). Any other update of the waiting claim
+// (an annotation of its user's) starts no new wait: one event per cause.
 func TestWaitForPodScheduledAfterReschedule(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		syncSelected bool
+		unrelated    bool
 	}{
 		{name: "a sync sees the node selected", syncSelected: true},
 		{name: "no sync sees it"},
+		{name: "an update that is no reschedule: not posted again", unrelated: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := &eventLog{}
@@ -522,6 +525,15 @@ func TestWaitForPodScheduledAfterReschedule(t *testing.T) {
 			sync()
 			if len(log.events) != 1 || log.events[0] != want {
 				t.Fatalf("events before a node is selected = %q, want [%q]", log.events, want)
+			}
+			if tc.unrelated {
+				update(func(m *metav1.ObjectMeta) { metav1.SetMetaDataAnnotation(m, "example.com/owner", "team-a") })
+				log.events = nil
+				sync()
+				if len(log.events) != 0 {
+					t.Errorf("events after an unrelated update = %q, want none (the wait did not start again)", log.events)
+				}
+				return
 			}
 			update(func(m *metav1.ObjectMeta) {
 				metav1.SetMetaDataAnnotation(m, annSelectedNode, "node-1")

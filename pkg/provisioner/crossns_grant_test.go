@@ -1,18 +1,13 @@
 package provisioner
 
 import (
-	"context"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
-	"github.com/kube-storage/csi-provisioner/internal/testutil"
 	"github.com/kube-storage/csi-provisioner/pkg/inflight"
-	"github.com/kube-storage/csi-provisioner/pkg/refgrant"
 )
 
 // TestCrossNamespaceCloneRetryAfterGrantRevoked: a clone's CreateVolume
@@ -20,13 +15,7 @@ import (
 // retry must check the grant again and send nothing: only a claim being
 // deleted skips it (to let a created volume go).
 func TestCrossNamespaceCloneRetryAfterGrantRevoked(t *testing.T) {
-	src, pv := sourcePair()
-	src.Obj().Namespace = sourceNS
-	pv.BoundTo(src.Obj())
-	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
-	class := newClass().Obj()
-	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
-	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h, clone, class, grants := newGrantedClone(t)
 	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30}}}
 	if _, _, err := h.provision(clone, class); err == nil {
 		t.Fatal("the first Provision succeeded, want the timeout")
@@ -43,13 +32,7 @@ func TestCrossNamespaceCloneRetryAfterGrantRevoked(t *testing.T) {
 // deleted and so is the clone. Nothing is in flight: the grant applies,
 // and no CreateVolume may copy the other namespace's volume.
 func TestCrossNamespaceCloneFinalDeletedAfterGrantRevoked(t *testing.T) {
-	src, pv := sourcePair()
-	src.Obj().Namespace = sourceNS
-	pv.BoundTo(src.Obj())
-	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
-	class := newClass().Obj()
-	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
-	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h, clone, class, grants := newGrantedClone(t)
 	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.InvalidArgument)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30}}}
 	if _, _, err := h.provision(clone, class); err == nil {
 		t.Fatal("the first Provision succeeded, want the final answer")
@@ -58,18 +41,10 @@ func TestCrossNamespaceCloneFinalDeletedAfterGrantRevoked(t *testing.T) {
 		t.Fatalf("state %v after a final answer, want attemptFinal", s)
 	}
 	grants.allowed = nil
-	deleting := h.liveClaim(clone).DeepCopy()
+	deleting := h.deleteClaim(clone)
 	if !inflight.Has(deleting) {
 		t.Fatal("the finalizer was removed already")
 	}
-	deleting.DeletionTimestamp = ptr.To(metav1.Now())
-	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 0, "the informer never saw the clone's deletion", func(context.Context) (bool, error) {
-		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
-		return err == nil && c.DeletionTimestamp != nil, nil
-	})
 	if out, _, err := h.provision(deleting, class); out != nil {
 		t.Errorf("Provision of the deleted clone = a PV, %v; want none", err)
 	}
@@ -116,13 +91,7 @@ func TestKeepsSourceOfByState(t *testing.T) {
 // CreateVolume, answered from the existing volume), or the volume leaks
 // and the claim keeps its in-flight finalizer for ever.
 func TestCrossNamespaceCloneCreatedDeletedAfterGrantRevoked(t *testing.T) {
-	src, pv := sourcePair()
-	src.Obj().Namespace = sourceNS
-	pv.BoundTo(src.Obj())
-	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
-	class := newClass().Obj()
-	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
-	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h, clone, class, grants := newGrantedClone(t)
 	vol := &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30,
 		ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "handle-pv-src"}}}}
 	h.driver.createAnswers = []createAnswer{{vol: vol}, {vol: vol}}
@@ -134,15 +103,7 @@ func TestCrossNamespaceCloneCreatedDeletedAfterGrantRevoked(t *testing.T) {
 	}
 
 	grants.allowed = nil // the ReferenceGrant is deleted
-	deleting := h.liveClaim(clone).DeepCopy()
-	deleting.DeletionTimestamp = ptr.To(metav1.Now())
-	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 0, "the informer never saw the clone's deletion", func(context.Context) (bool, error) {
-		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
-		return err == nil && c.DeletionTimestamp != nil, nil
-	})
+	deleting := h.deleteClaim(clone)
 	pvOut, state, err := h.provision(deleting, class)
 	if err != nil || pvOut == nil {
 		t.Fatalf("Provision of the deleted clone whose volume was created = %v, %v, %v; want its volume's PV, so that it is released and deleted", pvOut, state, err)

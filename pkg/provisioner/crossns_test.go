@@ -12,6 +12,7 @@ import (
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -50,6 +51,37 @@ func fromNamespace(c *corev1.PersistentVolumeClaim, namespace string) *corev1.Pe
 }
 
 var sourceClaimRef = refgrant.Reference{Namespace: sourceNS, Kind: kindClaim, Name: "src"}
+
+// newGrantedClone returns a harness with claim "clone" of testNS cloning
+// claim "src" of sourceNS, which grants lets it read until the test
+// changes grants.allowed, and the clone's class.
+func newGrantedClone(t *testing.T) (*harness, *corev1.PersistentVolumeClaim, *storagev1.StorageClass, *fakeGrants) {
+	t.Helper()
+	src, pv := sourcePair()
+	src.Obj().Namespace = sourceNS
+	pv.BoundTo(src.Obj())
+	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
+	class := newClass().Obj()
+	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
+	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	return h, clone, class, grants
+}
+
+// deleteClaim marks the live copy of claim deleted (its finalizers keep
+// it), waits until the provisioner's informer has seen it, and returns it.
+func (h *harness) deleteClaim(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	h.t.Helper()
+	deleting := h.liveClaim(claim).DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(deleting.Namespace).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	testutil.Eventually(h.t, 0, "the informer never saw the deletion of claim "+deleting.Name, func(context.Context) (bool, error) {
+		c, err := h.p.claims.PersistentVolumeClaims(deleting.Namespace).Get(deleting.Name)
+		return err == nil && c.DeletionTimestamp != nil, nil
+	})
+	return deleting
+}
 
 // referenceGrant is a ReferenceGrant object as the dynamic informer
 // delivers it (the handlers read its metadata only).
@@ -330,13 +362,7 @@ func TestReferenceGrantNarrowedRechecksSources(t *testing.T) {
 // Released and deleted at once). Before, every retry failed on the grant,
 // and the clone stayed Terminating with its volume in the driver for ever.
 func TestCrossNamespaceCloneDeletedAfterGrantRevoked(t *testing.T) {
-	src, pv := sourcePair()
-	src.Obj().Namespace = sourceNS
-	pv.BoundTo(src.Obj())
-	clone := fromNamespace(cloneOf("src").Obj(), sourceNS)
-	class := newClass().Obj()
-	grants := &fakeGrants{allowed: []refgrant.Reference{sourceClaimRef}}
-	h := newHarness(t, cloneCaps(), objs(clone, class, src.Obj(), pv.Obj()), WithReferenceGrants(grants))
+	h, clone, class, grants := newGrantedClone(t)
 	h.driver.createAnswers = []createAnswer{{err: csiErr(codes.DeadlineExceeded)}, {vol: &csi.Volume{VolumeId: "id-clone", CapacityBytes: 1 << 30,
 		ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "handle-pv-src"}}}}}}
 	if _, state, err := h.provision(clone, class); state != controller.ProvisioningInBackground {
@@ -344,15 +370,7 @@ func TestCrossNamespaceCloneDeletedAfterGrantRevoked(t *testing.T) {
 	}
 
 	grants.allowed = nil // the ReferenceGrant is deleted
-	deleting := h.liveClaim(clone).DeepCopy()
-	deleting.DeletionTimestamp = ptr.To(metav1.Now())
-	if _, err := h.client.CoreV1().PersistentVolumeClaims(testNS).Update(h.ctx, deleting, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 0, "the informer never saw the clone's deletion", func(context.Context) (bool, error) {
-		c, err := h.p.claims.PersistentVolumeClaims(testNS).Get("clone")
-		return err == nil && c.DeletionTimestamp != nil, nil
-	})
+	deleting := h.deleteClaim(clone)
 	pvOut, state, err := h.provision(deleting, class)
 	if err != nil || pvOut == nil {
 		t.Fatalf("Provision of the deleted clone = %v, %v, %v; want its volume's PV, so that it is released and deleted", pvOut, state, err)
