@@ -304,7 +304,7 @@ func claimRefToBoundRow(t *testing.T, s *stack, class string) {
 	s.pointClaimRef(t, pv.Name, b)
 	s.waitEvent(t, s.ns, string(a.UID), event{corev1.EventTypeWarning, "ClaimMisbound", []string{"Two claims are bound to the same volume, this one is bound incorrectly"}})
 	s.waitPhase(t, a.Name, corev1.ClaimLost)
-	s.waitEvent(t, metav1.NamespaceDefault, string(pv.UID), event{corev1.EventTypeWarning, "VolumeStillInUse", []string{"claim " + s.ns + "/" + a.Name + " is still bound to it"}})
+	s.waitEvent(t, metav1.NamespaceDefault, string(pv.UID), event{corev1.EventTypeWarning, "VolumeStillInUse", []string{"claim " + s.ns + "/" + a.Name + ", which was bound to it before the claimRef changed, still uses it"}})
 	got, err := s.c.CoreV1().PersistentVolumes().Get(t.Context(), pv.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("PV-A deleted while claim A still uses it: %v", err)
