@@ -242,7 +242,16 @@ func compareCapacity(up, ours capState) []string {
 	if !keys || !topology {
 		errs = append(errs, fmt.Sprintf("expected difference gone: upstream's GetCapacity requests carry csi.storage.k8s.io/ parameters: %t, an empty accessible_topology: %t", keys, topology))
 	}
-	if d := cmp.Diff(lines(asOurs), lines(ours.calls)); d != "" {
+	// Upstream's request for the empty segment of a class can come after
+	// its side settled: settle waits for upstream's objects but the empty
+	// segment's, which upstream deletes again (above). Seen once in a CI
+	// run, for one class of four. A request of ours for the empty segment
+	// that upstream has not sent yet is no difference; one upstream sent,
+	// ours must have sent too.
+	oursCalls := slices.DeleteFunc(slices.Clone(ours.calls), func(c capCall) bool {
+		return c.topology == "none" && !slices.ContainsFunc(asOurs, c.equal)
+	})
+	if d := cmp.Diff(lines(asOurs), lines(oursCalls)); d != "" {
 		errs = append(errs, "GetCapacity requests differ, upstream's as this sidecar sends them (-upstream +ours):\n"+d)
 	}
 	return errs
