@@ -55,7 +55,10 @@
 //     VolumeStillInUse says how to fix it. A bound claim whose volume's
 //     claimRef names it without a UID (removed by hand) binds it again
 //     instead of becoming Lost (ClaimMisbound) as upstream's does, unless
-//     another claim is still bound to the volume.
+//     another claim is still bound to the volume. A claim no binder bound
+//     (its user set bind-completed) re-binds a volume whose claimRef was
+//     removed only if the volume fits it, as a claim its user pre-bound;
+//     upstream re-binds it unchecked.
 //     The binder never calls the driver and touches no volume finalizer
 //     but kube-controller-manager's in-tree kubernetes.io/pv-controller on
 //     a volume the migrated in-tree plugin provisioned, which it removes
