@@ -395,7 +395,7 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 	case pv.Spec.ClaimRef.UID == claim.UID:
 		// Mostly nothing to do; fills in missing phases (3-5).
 		return b.bind(ctx, pv, claim)
-	case storagehelpers.IsVolumeBoundToClaim(pv, claim) && b.claimUsing(pv, claim) == nil:
+	case storagehelpers.IsVolumeBoundToClaim(pv, claim) && b.mayRebindByName(pv, claim):
 		// The claimRef names this claim without a UID: someone removed
 		// it by hand. Beyond upstream, which marks the claim Lost
 		// (Misbound) though no other claim has the volume: re-bind. Not
@@ -410,6 +410,16 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 		}
 		return b.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, corev1.EventTypeWarning, reasonClaimMisbound, msgClaimMisbound)
 	}
+}
+
+// mayRebindByName reports whether claim, which pv's claimRef names without
+// a UID, may bind pv again: no other claim is still bound to it, or claim
+// is Bound and the others are Lost (claimUsing returns one that is not Lost
+// if there is one), as a claimRef that was removed altogether is re-bound
+// by the claim that is not Lost.
+func (b *Binder) mayRebindByName(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) bool {
+	user := b.claimUsing(pv, claim)
+	return user == nil || claim.Status.Phase == corev1.ClaimBound && user.Status.Phase == corev1.ClaimLost
 }
 
 // checkVolumeSatisfyClaim checks a volume requested by spec.volumeName

@@ -418,6 +418,16 @@ func TestSyncBoundClaim(t *testing.T) {
 			events:  []string{`pvc/c1 Warning FailedBinding volume "pv1" already bound to a different claim.`},
 		},
 		{
+			// Only a Lost claim (recorded: bound before an earlier edit)
+			// names pv1 too: the Bound claim the claimRef names keeps it,
+			// as when the claimRef is removed altogether (3-3-2).
+			name:    "3-4-5 bound claim whose volume's claimRef names it without a UID while only a Lost claim is also bound to it: re-bound",
+			objects: objs(classFast(), c1, lostNamed("other"), recordBoundClaims(pvUIDRemoved, "uid-other")),
+			sync:    "pvc/c1",
+			volumes: []*corev1.PersistentVolume{boundVolume(recordBoundClaims(pvUIDRemoved, "uid-other"), c1, true)},
+			actions: []string{"update pv/pv1", "status pv/pv1"},
+		},
+		{
 			name:    "3-5 bound claim with bound volume: phases filled in",
 			objects: objs(classFast(), c1Pending, pvAvailable),
 			sync:    "pvc/c1",
