@@ -21,7 +21,7 @@ import (
 // TestEndpointsAndLeaderElection runs the sidecar with leader election and
 // an HTTP endpoint: /readyz turns ready, the Lease carries upstream's name
 // (the driver name with non-alphanumerics replaced), the leader-election
-// health check answers, and /metrics serves upstream's metric names and the
+// health check is the election's and answers, and /metrics serves upstream's metric names and the
 // binder's after a claim is provisioned.
 func TestEndpointsAndLeaderElection(t *testing.T) {
 	port := freePort(t)
@@ -36,9 +36,12 @@ func TestEndpointsAndLeaderElection(t *testing.T) {
 		code, _, err := get(ctx, "/readyz")
 		return code == http.StatusOK, err
 	})
-	testutil.Eventually(t, 0, "/healthz/leader-election not healthy", func(ctx context.Context) (bool, error) {
-		code, _, err := get(ctx, "/healthz/leader-election")
-		return code == http.StatusOK, err
+	// Healthy, and client-go's check, not the answer served before the
+	// election starts: that one answers 200 for ever, so a leader that
+	// stopped renewing would never be restarted.
+	testutil.Eventually(t, 0, "/healthz/leader-election not healthy, or not the election's check", func(ctx context.Context) (bool, error) {
+		code, body, err := get(ctx, "/healthz/leader-election")
+		return code == http.StatusOK && !strings.Contains(body, "has not started"), err
 	})
 	leaseName := strings.NewReplacer(".", "-").Replace(s.driver.Name)
 	lease, err := s.c.CoordinationV1().Leases("kube-system").Get(t.Context(), leaseName, metav1.GetOptions{})
