@@ -378,14 +378,15 @@ func (b *Binder) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVol
 		// claimRef was removed, a Lost claim does not take it if that
 		// claim is not Lost (it re-binds the volume), and a claim no
 		// binder bound to it (its user set bind-completed) never does.
+		trusted := boundByBinder(pv, claim)
 		if user := b.claimUsing(pv, claim); user != nil &&
-			(!boundByBinder(pv, claim) || claim.Status.Phase == corev1.ClaimLost && user.Status.Phase != corev1.ClaimLost) {
+			(!trusted || claim.Status.Phase == corev1.ClaimLost && user.Status.Phase != corev1.ClaimLost) {
 			b.recorder.Event(claim, corev1.EventTypeWarning, reasonFailedBinding, fmt.Sprintf(msgAlreadyBound, pv.Name))
 			return nil
 		}
 		// A claim no binder bound to pv (its user set bind-completed)
 		// takes it no more easily than a claim its user pre-bound to it.
-		if !boundByBinder(pv, claim) {
+		if !trusted {
 			if err := checkVolumeSatisfyClaim(pv, claim); err != nil {
 				b.recorder.Event(claim, corev1.EventTypeWarning, reasonVolumeMismatch, fmt.Sprintf(msgCannotBindRequested, pv.Name, err))
 				return nil
