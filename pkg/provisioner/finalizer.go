@@ -285,17 +285,18 @@ func (l *ledger) forget(uid types.UID) {
 	delete(l.states, uid)
 	delete(l.names, uid)
 	if l.peak >= ledgerShrinkMin && len(l.states) <= l.peak/4 {
-		// A copy made by hand: maps.Clone would keep the peak's size.
-		states := make(map[types.UID]attemptState, len(l.states))
-		for k, v := range l.states {
-			states[k] = v
-		}
-		names := make(map[types.UID]string, len(l.names))
-		for k, v := range l.names {
-			names[k] = v
-		}
-		l.states, l.names, l.peak = states, names, len(states)
+		l.states, l.names, l.peak = compacted(l.states), compacted(l.names), len(l.states)
 	}
+}
+
+// compacted returns a copy of m sized for what it holds: a map made by
+// hand, since maps.Clone would keep the size of m's peak.
+func compacted[V any](m map[types.UID]V) map[types.UID]V {
+	out := make(map[types.UID]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // releaseIdle removes the finalizer of claim when no CreateVolume for it
